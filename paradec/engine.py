@@ -1,0 +1,251 @@
+"""The engine: one Hugging Face causal LM with its tokenizer, and the model-side mechanisms strategies share.
+
+Strategies never call the model directly; they use:
+  * `forward(ids, cache, positions, mask, logits_to_keep)` - one forward pass with a KV cache;
+  * `new_cache()`, `cache_len(cache)`, `crop(cache, length)` - cache creation and rollback;
+  * `prefill_batch(rows, ...)` - left-padded batched prefill with attention mask and per-row positions;
+  * `encode(request)` / `decode(ids)` - chat template or raw completion, and text.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_MODEL = ROOT / "data" / "models" / "paradec-tiny"
+DEFAULT_DRAFT = ROOT / "data" / "models" / "paradec-tiny-draft"
+
+
+class ModelError(Exception):
+    """A model could not be loaded; the message says why and what to do."""
+
+
+def pick_device(device: str | None = None) -> torch.device:
+    if device and device != "auto":
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ModelError(f"device {device!r} asked for, but CUDA is not available on this machine")
+        if device == "mps" and not torch.backends.mps.is_available():
+            raise ModelError("device 'mps' asked for, but MPS is not available on this machine")
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+
+
+def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
+    if dtype and dtype != "auto":
+        if dtype not in DTYPES:
+            raise ModelError(f"unknown dtype {dtype!r}; choose one of {', '.join(sorted(DTYPES))} or auto")
+        return DTYPES[dtype]
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def _looks_like_path(spec: str) -> bool:
+    return spec.startswith((".", "/", "~")) or os.sep in spec and not re.fullmatch(r"[\w.-]+/[\w.-]+", spec)
+
+
+def resolve_model(spec: str | os.PathLike | None) -> tuple[str, bool]:
+    """-> (path or hub id, is_local). Raises ModelError for paths that do not exist or are not models."""
+    if spec is None or str(spec) in ("", "default", "paradec-tiny"):
+        spec = DEFAULT_MODEL
+    if str(spec) == "paradec-tiny-draft":
+        spec = DEFAULT_DRAFT
+    s = os.path.expanduser(str(spec))
+    if os.path.exists(s):
+        if not os.path.isdir(s):
+            raise ModelError(f"{s} is a file, not a model folder (expected a folder with config.json)")
+        if not os.path.exists(os.path.join(s, "config.json")):
+            raise ModelError(f"{s} is not a model folder: it has no config.json")
+        return s, True
+    if _looks_like_path(s) or isinstance(spec, Path):
+        raise ModelError(f"model path {s} does not exist")
+    return s, False
+
+
+def load_model(spec=None, device: str | None = None, dtype: str | None = None, trust_remote_code: bool = False):
+    """Load (model, tokenizer) with clear errors. Safetensors only; remote code off unless asked."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    path, local = resolve_model(spec)
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+    kw = dict(trust_remote_code=trust_remote_code, local_files_only=offline or local)
+    try:
+        config = AutoConfig.from_pretrained(path, **kw)
+    except Exception as e:  # noqa: BLE001 - transformers raises many kinds here
+        if not local:
+            why = "the hub is offline (HF_HUB_OFFLINE=1) and it is not in the local cache" if offline else str(e)
+            raise ModelError(f"model {path!r} is neither a local folder nor an available hub model: {why}. "
+                             "Download it on a connected machine or pass a local folder.") from e
+        raise ModelError(f"{path}: config.json could not be read: {e}") from e
+    device_t = pick_device(device)
+    dtype_t = pick_dtype(device_t, dtype)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype_t, use_safetensors=True,
+                                                     attn_implementation="sdpa", **kw)
+    except ValueError as e:
+        if "Unrecognized configuration class" in str(e) or "AutoModelForCausalLM" in str(e):
+            raise ModelError(f"{path} is not a causal language model "
+                             f"({type(config).__name__} has no causal-LM head)") from e
+        raise ModelError(f"{path}: the weights could not be loaded: {e}") from e
+    except OSError as e:
+        raise ModelError(f"{path}: no safetensors weights could be loaded ({e}); paradec loads safetensors only") from e
+    try:
+        tok = AutoTokenizer.from_pretrained(path, **kw)
+    except Exception as e:  # noqa: BLE001
+        raise ModelError(f"{path} has no usable tokenizer: {e}") from e
+    if tok is None or not hasattr(tok, "encode"):
+        raise ModelError(f"{path} has no usable tokenizer")
+    model.to(device_t).eval()
+    return model, tok
+
+
+class Engine:
+    """A loaded causal LM plus the shared model-side mechanisms."""
+
+    def __init__(self, model, tokenizer, name: str | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name or getattr(model.config, "_name_or_path", "model")
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.context_length = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
+        eos = model.generation_config.eos_token_id if model.generation_config else None
+        eos = eos if eos is not None else tokenizer.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_ids), 0)
+        self.vocab_size = int(model.config.vocab_size)
+        self.extras: dict = {}   # attached helpers (draft model, adapters), keyed by strategy
+        self.lock = None         # set by the race runner / server when shared between threads
+
+    @classmethod
+    def load(cls, model=None, device=None, dtype=None, trust_remote_code=False) -> "Engine":
+        m, t = load_model(model, device, dtype, trust_remote_code)
+        path, _ = resolve_model(model)
+        return cls(m, t, name=Path(path).name if os.path.isdir(path) else path)
+
+    # ------------------------------------------------------------------ text
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def encode_messages(self, messages: list[dict], assistant_prefix: str = "") -> list[int]:
+        if not self.has_chat_template:
+            text = "\n".join(m["content"] for m in messages) + "\n" + assistant_prefix
+            return self.tokenizer(text, add_special_tokens=True)["input_ids"]
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer(text + assistant_prefix, add_special_tokens=False)["input_ids"]
+
+    def encode(self, request) -> list[int]:
+        if request.messages:
+            return self.encode_messages(request.messages, request.assistant_prefix)
+        if request.chat and self.has_chat_template:
+            return self.encode_messages([{"role": "user", "content": request.prompt}], request.assistant_prefix)
+        return self.tokenizer(request.prompt + request.assistant_prefix, add_special_tokens=True)["input_ids"]
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    # ------------------------------------------------------------------ model
+    def new_cache(self):
+        from transformers import DynamicCache
+        return DynamicCache(config=self.model.config)
+
+    @staticmethod
+    def cache_len(cache) -> int:
+        return int(cache.get_seq_length()) if cache is not None else 0
+
+    def crop(self, cache, length: int) -> None:
+        """Roll the cache back to its first `length` positions."""
+        remove = self.cache_len(cache) - length
+        if remove > 0:
+            cache.crop(-remove)
+
+    @torch.inference_mode()
+    def forward(self, ids, cache=None, positions=None, mask=None, logits_to_keep: int = 0, model=None):
+        """One forward pass. ids: (T,) or (B, T) list/tensor. Returns float32 logits (B, T', V)."""
+        ids = torch.as_tensor(ids, device=self.device)
+        if ids.dim() == 1:
+            ids = ids.unsqueeze(0)
+        if positions is not None:
+            positions = torch.as_tensor(positions, device=self.device)
+            if positions.dim() == 1:
+                positions = positions.unsqueeze(0)
+        out = (model or self.model)(input_ids=ids, past_key_values=cache, position_ids=positions,
+                                    attention_mask=mask, use_cache=cache is not None,
+                                    logits_to_keep=logits_to_keep)
+        return out.logits.float()
+
+    def tree_mask(self, past_len: int, allowed: torch.Tensor, batch: int = 1) -> torch.Tensor:
+        """Additive 4-D mask for T new tokens that see the whole cache plus `allowed` (T, T) among themselves."""
+        T = allowed.shape[0]
+        m = torch.ones(T, past_len + T, dtype=torch.bool, device=self.device)
+        m[:, past_len:] = allowed.to(self.device)
+        return self.additive(m).expand(batch, 1, T, past_len + T)
+
+    def additive(self, allowed: torch.Tensor) -> torch.Tensor:
+        """Boolean (…, Q, K) 'may attend' -> additive float mask with a head axis when missing."""
+        neg = torch.finfo(self.dtype).min
+        m = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device).masked_fill(~allowed.to(self.device), neg)
+        return m if m.dim() == 4 else m.unsqueeze(-3) if m.dim() == 3 else m[None, None]
+
+    @torch.inference_mode()
+    def prefill_batch(self, rows: list[list[int]], cache=None, past_mask: torch.Tensor | None = None):
+        """Left-padded batched prefill of `rows` after an optional shared cache (already expanded to the batch).
+
+        Returns (last_logits (B, V), cache, mask (B, L) of real positions, next_positions (B,)).
+        Each row's positions continue from its own real length, so padding changes nothing.
+        """
+        B, T = len(rows), max(len(r) for r in rows)
+        ids = torch.full((B, T), self.pad_id, dtype=torch.long)
+        new_mask = torch.zeros((B, T), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, T - len(r):] = torch.tensor(r)
+            new_mask[i, T - len(r):] = 1
+        new_mask = new_mask.to(self.device)
+        mask = new_mask if past_mask is None else torch.cat([past_mask, new_mask], 1)
+        start = past_mask.sum(1, keepdim=True) if past_mask is not None else torch.zeros((B, 1), dtype=torch.long,
+                                                                                          device=self.device)
+        positions = (start + new_mask.cumsum(1) - 1).clamp_min(0)
+        cache = cache if cache is not None else self.new_cache()
+        logits = self.forward(ids, cache, positions, self._batch_mask(mask, T))
+        return logits[:, -1], cache, mask, positions[:, -1] + 1
+
+    def _batch_mask(self, mask2d: torch.Tensor, q: int) -> torch.Tensor:
+        """Causal + padding additive mask (B, 1, q, L) for the last q of L positions."""
+        L = mask2d.shape[1]
+        causal = torch.ones(q, L, dtype=torch.bool, device=self.device).tril(L - q)
+        allowed = causal[None] & mask2d.bool()[:, None, :]
+        # a fully masked row (left padding attending nothing) would give NaN: let it see itself
+        eye = torch.zeros(q, L, dtype=torch.bool, device=self.device)
+        eye[torch.arange(q), torch.arange(L - q, L)] = True
+        allowed = allowed | (eye[None] & ~allowed.any(-1, keepdim=True))
+        return self.additive(allowed)
+
+    @torch.inference_mode()
+    def decode_batch(self, tokens: torch.Tensor, cache, mask: torch.Tensor, positions: torch.Tensor):
+        """One batched decode step after prefill_batch. tokens (B,), positions (B,). Returns (logits (B,V), mask)."""
+        mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=self.device)], 1)
+        logits = self.forward(tokens.view(-1, 1), cache, positions.view(-1, 1), self._batch_mask(mask, 1))
+        return logits[:, -1], mask
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        elif self.device.type == "mps":
+            torch.mps.synchronize()
+
+    def describe(self) -> dict:
+        import transformers
+        return {"model": self.name, "device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
+                "torch": torch.__version__, "transformers": transformers.__version__,
+                "context_length": self.context_length,
+                "parameters": sum(p.numel() for p in self.model.parameters())}

@@ -1,0 +1,213 @@
+"""The strategy contract: Request in, Steps out.
+
+A strategy has a name, its parameters (defaults and validation) and `stream(engine, request)`, a generator
+whose every `next()` does one unit of model work - one target forward pass plus whatever drafting belongs
+to it - and yields a `Step`. Strategies never time themselves: the race runner times each `next()`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from ..sampling import SamplingParams, UStream
+
+MAX_NEW_TOKENS_LIMIT = 4096
+MAX_PROMPT_CHARS = 200_000
+
+
+class RequestError(ValueError):
+    """A request parameter or prompt is invalid; the message says which and why."""
+
+
+@dataclass
+class Request:
+    prompt: str = ""
+    messages: list[dict] | None = None      # a chat conversation instead of a single prompt
+    chat: bool = True                        # apply the chat template to `prompt` when the model has one
+    assistant_prefix: str = ""               # text the assistant turn starts with (SoT pre-fills "1.")
+    max_new_tokens: int = 128
+    temperature: float = 0.0                 # 0 = greedy
+    top_k: int = 0                           # 0 = off
+    top_p: float = 1.0
+    seed: int = 0
+    stop: list[str] = field(default_factory=list)
+    ignore_eos: bool = False
+    params: dict[str, Any] = field(default_factory=dict)   # strategy-specific parameters
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_k, self.top_p)
+
+    def validate(self, engine=None) -> list[int] | None:
+        """Check every field; with an engine also encode the prompt and check it fits. Returns the prompt ids."""
+        if self.messages is not None:
+            if not isinstance(self.messages, list) or not self.messages or not all(
+                    isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in self.messages):
+                raise RequestError("messages must be a non-empty list of {role, content} objects")
+            text = "".join(m["content"] for m in self.messages)
+        else:
+            text = self.prompt
+        if not isinstance(text, str) or not text.strip():
+            raise RequestError("the prompt is empty")
+        if len(text) > MAX_PROMPT_CHARS:
+            raise RequestError(f"the prompt is {len(text):,} characters; the limit is {MAX_PROMPT_CHARS:,}")
+        _check_int("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS_LIMIT)
+        _check_num("temperature", self.temperature, 0.0, 10.0)
+        _check_int("top_k", self.top_k, 0, 1_000_000)
+        _check_num("top_p", self.top_p, 0.0, 1.0, low_open=True)
+        _check_int("seed", self.seed, 0, 2**63 - 1)
+        if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
+            raise RequestError("stop must be a list of non-empty strings")
+        if engine is None:
+            return None
+        ids = engine.encode(self)
+        if len(ids) + self.max_new_tokens > engine.context_length and not self.params.get("_long_ok"):
+            raise RequestError(
+                f"the prompt is {len(ids)} tokens and max_new_tokens is {self.max_new_tokens}: together they "
+                f"exceed the model's context of {engine.context_length} tokens; shorten the prompt or lower "
+                "max_new_tokens")
+        return ids
+
+
+def _check_int(name, v, lo, hi):
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise RequestError(f"{name} must be a whole number, got {v!r}")
+    if not lo <= v <= hi:
+        raise RequestError(f"{name} must be between {lo} and {hi}, got {v}")
+
+
+def _check_num(name, v, lo, hi, low_open=False):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+        raise RequestError(f"{name} must be a number, got {v!r}")
+    if v > hi or v < lo or (low_open and v <= lo):
+        raise RequestError(f"{name} must be in {'(' if low_open else '['}{lo}, {hi}], got {v}")
+
+
+@dataclass
+class Step:
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    segment: int = 0                  # output segment (SoT: one per point; 0 otherwise)
+    forward_passes: int = 0           # target-sized model calls in this step
+    draft_passes: int = 0             # separate draft-model calls in this step
+    drafted: int = 0                  # tokens proposed in this step
+    accepted: int = 0                 # of those, accepted
+    prefill: bool = False             # the step included the prompt prefill
+    finished: bool = False
+    finish_reason: str | None = None  # eos | length | stop | stopped | fallback...
+    info: dict = field(default_factory=dict)   # anything else worth showing (SoT skeleton, notes)
+
+
+@dataclass
+class Param:
+    default: Any
+    kind: type = int
+    low: float | None = None
+    high: float | None = None
+    help: str = ""
+    choices: tuple | None = None
+
+
+class Strategy:
+    name: str = ""
+    title: str = ""
+    lossless: bool = True
+    params: dict[str, Param] = {}
+
+    def available(self, engine) -> tuple[bool, str]:
+        """(usable with this engine, why not + the command that makes it usable)."""
+        return True, ""
+
+    def resolve_params(self, request: Request) -> dict:
+        out = {}
+        unknown = set(k for k in request.params if not k.startswith("_")) - set(self.params)
+        if unknown:
+            raise RequestError(f"{self.name}: unknown parameter(s) {', '.join(sorted(unknown))}; "
+                               f"known: {', '.join(self.params) or 'none'}")
+        for k, p in self.params.items():
+            v = request.params.get(k, p.default)
+            if p.kind is bool:
+                if not isinstance(v, bool):
+                    raise RequestError(f"{self.name}: {k} must be true or false, got {v!r}")
+            elif p.kind is str:
+                if not isinstance(v, str) or (p.choices and v not in p.choices):
+                    raise RequestError(f"{self.name}: {k} must be one of {p.choices}, got {v!r}")
+            else:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or (p.kind is int and v != int(v)):
+                    raise RequestError(f"{self.name}: {k} must be a {'whole number' if p.kind is int else 'number'}, "
+                                       f"got {v!r}")
+                v = p.kind(v)
+                if (p.low is not None and v < p.low) or (p.high is not None and v > p.high):
+                    raise RequestError(f"{self.name}: {k} must be between {p.low} and {p.high}, got {v}")
+            out[k] = v
+        return out
+
+    def stream(self, engine, request: Request) -> Iterator[Step]:
+        raise NotImplementedError
+
+
+class Output:
+    """One output segment: accepts tokens, applies EOS / max_new_tokens / stop strings, streams text.
+
+    Every strategy feeds its accepted tokens through `add`, which returns the Step fields for them, so
+    stopping rules and incremental detokenization exist once.
+    """
+
+    def __init__(self, engine, request: Request, budget: int | None = None):
+        self.engine = engine
+        self.request = request
+        self.budget = request.max_new_tokens if budget is None else budget
+        self.ids: list[int] = []
+        self.text = ""              # text emitted so far
+        self.done = False
+        self.finish_reason: str | None = None
+
+    def add(self, new_ids) -> tuple[list[int], str]:
+        """Append tokens (stopping where a rule says); returns (ids kept, new text)."""
+        kept = []
+        for t in map(int, new_ids):
+            if self.done:
+                break
+            if t in self.engine.eos_ids and not self.request.ignore_eos:
+                self.done, self.finish_reason = True, "eos"
+                break
+            kept.append(t)
+            self.ids.append(t)
+            if len(self.ids) >= self.budget:
+                self.done, self.finish_reason = True, "length"
+        full = self.engine.decode(self.ids)
+        if self.request.stop:
+            cut = min((i for i in (full.find(s, max(0, len(self.text) - len(s))) for s in self.request.stop)
+                       if i >= 0), default=-1)
+            if cut >= 0:
+                self.done, self.finish_reason = True, "stop"
+                full = full[:cut]
+        if not self.done and full.endswith("\ufffd"):   # an incomplete UTF-8 sequence: wait for more bytes
+            return kept, ""
+        new = full[len(self.text):] if full.startswith(self.text) else full
+        self.text = full
+        return kept, new
+
+    def step(self, new_ids, **fields) -> Step:
+        kept, text = self.add(new_ids)
+        return Step(token_ids=kept, text=text, finished=self.done, finish_reason=self.finish_reason, **fields)
+
+
+REGISTRY: dict[str, Callable[[], Strategy]] = {}
+
+
+def register(cls):
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def get(name: str) -> Strategy:
+    from . import load_all
+    load_all()
+    if name not in REGISTRY:
+        raise RequestError(f"unknown strategy {name!r}; known: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name]()
+
+
+def u_stream(request: Request) -> UStream | None:
+    return None if request.sampling.greedy else UStream(request.seed)

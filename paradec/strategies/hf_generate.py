@@ -1,0 +1,39 @@
+"""`hf-generate`: the peer - transformers' own `model.generate`, run as one step, to bench against."""
+from __future__ import annotations
+
+import torch
+
+from .base import Output, Param, Request, Strategy, register
+
+
+@register
+class HFGenerate(Strategy):
+    name = "hf-generate"
+    title = "transformers generate (peer)"
+    lossless = True
+    params = {"assistant": Param(False, bool, help="use the draft model as assistant_model"),
+              "prompt_lookup_num_tokens": Param(0, int, 0, 64, help="transformers' prompt lookup")}
+
+    def stream(self, engine, request: Request):
+        ids = request.validate(engine)
+        p = self.resolve_params(request)
+        kw = dict(max_new_tokens=request.max_new_tokens, pad_token_id=engine.pad_id)
+        if request.sampling.greedy:
+            kw.update(do_sample=False)
+        else:
+            torch.manual_seed(request.seed)
+            kw.update(do_sample=True, temperature=request.temperature, top_k=request.top_k or None,
+                      top_p=request.top_p)
+        if request.ignore_eos:
+            kw.update(eos_token_id=None, min_new_tokens=request.max_new_tokens)
+        if p["assistant"]:
+            from .speculative import draft_model
+            kw["assistant_model"] = draft_model(engine, request).model
+        if p["prompt_lookup_num_tokens"]:
+            kw["prompt_lookup_num_tokens"] = p["prompt_lookup_num_tokens"]
+        x = torch.tensor([ids], device=engine.device)
+        with torch.inference_mode():
+            gen = engine.model.generate(input_ids=x, attention_mask=torch.ones_like(x), **kw)
+        new = gen[0, len(ids):].tolist()
+        out = Output(engine, request)
+        yield out.step(new, forward_passes=len(new), prefill=True)
