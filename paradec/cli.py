@@ -28,6 +28,100 @@ def _train(args) -> int:
     raise SystemExit(f"unknown training target {args.what!r}")
 
 
+def _model_args(p):
+    p.add_argument("--model", help="local model folder or hub id (default: the shipped paradec-tiny)")
+    p.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:1, mps")
+    p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 otherwise), float32, bfloat16, float16")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model folder")
+
+
+def _gen_args(p):
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument("--raw", action="store_true", help="raw completion: do not apply the chat template")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="strategy parameter (repeatable), e.g. --param k=6")
+
+
+def _parse_params(pairs) -> dict:
+    import json
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise SystemExit(f"--param expects KEY=VALUE, got {pair!r}")
+        k, v = pair.split("=", 1)
+        try:
+            out[k] = json.loads(v)
+        except ValueError:
+            out[k] = v
+    return out
+
+
+def make_request(args, prompt: str):
+    from .strategies import Request
+    return Request(prompt=prompt, chat=not args.raw, max_new_tokens=args.max_new_tokens,
+                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                   stop=list(args.stop), ignore_eos=args.ignore_eos, params=_parse_params(args.param))
+
+
+def load_engine(args):
+    from .engine import Engine
+    return Engine.load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+
+
+def _generate(args) -> int:
+    import json
+
+    from .race import run_alone
+    engine = load_engine(args)
+    req = make_request(args, args.prompt)
+    req.validate(engine)
+
+    def show(lane, step):
+        if not args.json:
+            sys.stdout.write(step.text)
+            sys.stdout.flush()
+
+    lane = run_alone(engine, args.strategy, req, on_step=show)
+    if lane.error:
+        raise SystemExit(f"error: {lane.error}")
+    f = lane.figures()
+    result = {"strategy": args.strategy, "text": lane.text, "token_ids": lane.token_ids,
+              "forward_passes": f.forward_passes, "draft_passes": f.draft_passes, "ttft_s": f.ttft_s,
+              "e2e_s": f.elapsed_s, "tokens_per_s": f.tokens_per_s, "tokens_per_pass": f.tokens_per_pass,
+              "tokens": f.tokens, "tpot_s": f.tpot_s, "accepted": f.accepted, "drafted": f.drafted,
+              "finish_reason": lane.finish_reason, "model": engine.name, "device": str(engine.device)}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        def fmt(v, unit=""):
+            return "-" if v is None else (f"{v:.3f}{unit}" if isinstance(v, float) else f"{v}{unit}")
+        print(f"\n\n[{args.strategy}] {f.tokens} tokens, {f.forward_passes} forward passes, "
+              f"{f.draft_passes} draft passes | TTFT {fmt(f.ttft_s, ' s')} | E2E {fmt(f.elapsed_s, ' s')} | "
+              f"{fmt(f.tokens_per_s, ' tok/s')} | TPOT {fmt(f.tpot_s, ' s')} | "
+              f"tokens/pass {fmt(f.tokens_per_pass)} | finish: {lane.finish_reason}", file=sys.stderr)
+    return 0
+
+
+def _strategies(args) -> int:
+    from .strategies import REGISTRY, load_all
+    load_all()
+    engine = load_engine(args) if not args.no_model else None
+    for name in sorted(REGISTRY):
+        s = REGISTRY[name]()
+        ok, why = s.available(engine) if engine is not None else (True, "")
+        flag = "available" if ok else f"unavailable: {why}"
+        print(f"{name:14s} {'lossless' if s.lossless else 'lossy   '}  {s.title}  [{flag}]")
+        for k, p in s.params.items():
+            print(f"{'':16s}--param {k}={p.default!r}  {p.help}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m paradec", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -39,9 +133,28 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--work", help="checkpoint folder (default data/work/NAME)")
     t.add_argument("--tokenizer-from", help="reuse this model folder's tokenizer")
     t.set_defaults(func=_train)
+
+    g = sub.add_parser("generate", help="generate with one strategy, streaming, then a metrics summary")
+    g.add_argument("--strategy", default="ar")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
+    _model_args(g)
+    _gen_args(g)
+    g.set_defaults(func=_generate)
+
+    st = sub.add_parser("strategies", help="list strategies and their availability for the model")
+    _model_args(st)
+    st.add_argument("--no-model", action="store_true", help="list without loading a model")
+    st.set_defaults(func=_strategies)
     return p
 
 
 def main(argv=None) -> int:
+    from .engine import ModelError
+    from .strategies import RequestError
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ModelError, RequestError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

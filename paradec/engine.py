@@ -74,6 +74,9 @@ def resolve_model(spec: str | os.PathLike | None) -> tuple[str, bool]:
 def load_model(spec=None, device: str | None = None, dtype: str | None = None, trust_remote_code: bool = False):
     """Load (model, tokenizer) with clear errors. Safetensors only; remote code off unless asked."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     path, local = resolve_model(spec)
     offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")

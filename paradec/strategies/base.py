@@ -131,7 +131,8 @@ class Strategy:
                     raise RequestError(f"{self.name}: {k} must be true or false, got {v!r}")
             elif p.kind is str:
                 if not isinstance(v, str) or (p.choices and v not in p.choices):
-                    raise RequestError(f"{self.name}: {k} must be one of {p.choices}, got {v!r}")
+                    raise RequestError(f"{self.name}: {k} must be "
+                                       f"{f'one of {p.choices}' if p.choices else 'a string'}, got {v!r}")
             else:
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or (p.kind is int and v != int(v)):
                     raise RequestError(f"{self.name}: {k} must be a {'whole number' if p.kind is int else 'number'}, "

@@ -1,0 +1,196 @@
+"""Benchmark mode: per prompt, strategies one after another, warm-up, fixed seeds, N repeats.
+
+Every result is written to the store as soon as it exists (its own transaction), so a run killed at any
+point keeps what it finished and `resume` completes it without duplicate rows. Quality is measured
+against `ar`'s output for the same prompt and repeat (exact token match, ROUGE-L, BLEU) and against the
+reference where the eval item has one; perplexity of every output under the target model.
+"""
+from __future__ import annotations
+
+import platform
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
+
+from . import quality
+from .metrics import speedup, summary
+from .race import first_divergence, run_alone
+from .strategies import Request, get
+
+
+@dataclass
+class BenchItem:
+    item_id: str
+    category: str
+    turns: list[str]
+    reference: str | None = None
+    chat: bool = True
+
+
+@dataclass
+class BenchSettings:
+    strategies: list[str]
+    repeats: int = 1
+    max_new_tokens: int = 96
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    warmup: bool = True
+    ignore_eos: bool = False
+    params: dict = field(default_factory=dict)    # strategy -> {param: value}
+    perplexity: bool = True
+
+
+def environment(engine, settings: BenchSettings) -> dict:
+    import sqlalchemy
+    env = engine.describe()
+    env.update(python=platform.python_version(), machine=platform.machine(), processor=platform.processor(),
+               sqlalchemy=sqlalchemy.__version__, settings=asdict(settings))
+    return env
+
+
+def items_from_store(store, eval_set_id: int) -> list[BenchItem]:
+    return [BenchItem(str(i["item_id"]), i["category"] or "general", list(i["turns"]), i.get("reference"),
+                      i.get("chat", True)) for i in store.get_eval_set_items(eval_set_id)]
+
+
+def items_from_evalset(es) -> list[BenchItem]:
+    return [BenchItem(str(it.item_id), it.category, list(it.turns), it.reference, getattr(it, "chat", True))
+            for it in es.items]
+
+
+def _ordered(strategies: list[str]) -> list[str]:
+    """`ar` first: every other strategy's quality and losslessness is measured against its output."""
+    s = [x for x in strategies if x != "ar"]
+    return ["ar"] + s
+
+
+def run_bench(engine, store, run_id: int, items: list[BenchItem], settings: BenchSettings,
+              progress: Callable[[int, int, str], None] | None = None, should_stop: Callable[[], bool] | None = None,
+              resume: bool = False) -> dict:
+    """Run (or resume) a benchmark; returns counts. Rows already in the store are skipped."""
+    strategies = _ordered(settings.strategies)
+    done = store.done_keys(run_id) if resume else set()
+    total = len(items) * len(strategies) * settings.repeats
+    count = 0
+    if settings.warmup and items:
+        warm = Request(prompt=items[0].turns[0], chat=items[0].chat, max_new_tokens=8)
+        for s in strategies:
+            run_alone(engine, s, warm, settings.params.get(s))
+    stored = skipped = 0
+    for item in items:
+        ar_outputs: dict[tuple[int, int], tuple[list[int], str]] = {}
+        for rep in range(settings.repeats):
+            for s in strategies:
+                history: list[dict] = []
+                for turn, user_text in enumerate(item.turns):
+                    if should_stop and should_stop():
+                        return {"stored": stored, "skipped": skipped, "stopped": True, "total": total}
+                    key = (item.item_id, s, rep, turn)
+                    history.append({"role": "user", "content": user_text})
+                    req = Request(prompt=user_text, messages=list(history) if len(item.turns) > 1 else None,
+                                  chat=item.chat, max_new_tokens=settings.max_new_tokens,
+                                  temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
+                                  seed=settings.seed + rep, ignore_eos=settings.ignore_eos)
+                    if key in done:
+                        prev = store.get_result(run_id, *key)
+                        skipped += 1
+                        if s == "ar" and prev:
+                            ar_outputs[(rep, turn)] = (prev["token_ids"] or [], prev["text"] or "")
+                        history.append({"role": "assistant", "content": (prev or {}).get("text") or ""})
+                        count += 1
+                        continue
+                    lane = run_alone(engine, s, req, settings.params.get(s))
+                    f = lane.figures()
+                    row = dict(item_key=item.item_id, category=item.category, strategy=s, repeat=rep, turn=turn,
+                               prompt=user_text, text=lane.text, token_ids=lane.token_ids, n_tokens=f.tokens,
+                               forward_passes=f.forward_passes, draft_passes=f.draft_passes, drafted=f.drafted,
+                               accepted=f.accepted, ttft_s=f.ttft_s, e2e_s=f.elapsed_s, tokens_per_s=f.tokens_per_s,
+                               tpot_s=f.tpot_s, tokens_per_pass=f.tokens_per_pass, itl=f.itl, error=lane.error,
+                               quality=_quality(engine, req, lane, s, ar_outputs.get((rep, turn)),
+                                                item.reference if turn == len(item.turns) - 1 else None,
+                                                settings))
+                    if s == "ar":
+                        ar_outputs[(rep, turn)] = (lane.token_ids, lane.text)
+                    store.add_result(run_id, **row)
+                    stored += 1
+                    count += 1
+                    history.append({"role": "assistant", "content": lane.text})
+                    if progress:
+                        progress(count, total, f"{item.item_id} · {s} · repeat {rep + 1}")
+    return {"stored": stored, "skipped": skipped, "stopped": False, "total": total}
+
+
+def _quality(engine, req, lane, strategy, ar_out, reference, settings) -> dict:
+    q: dict = {}
+    if lane.error:
+        return q
+    if ar_out is not None and strategy != "ar":
+        ar_ids, ar_text = ar_out
+        q["exact_match"] = lane.token_ids == ar_ids
+        q["diverges_at"] = first_divergence(lane.token_ids, ar_ids)
+        q["rouge_l_vs_ar"] = quality.rouge_l(lane.text, ar_text)
+        q["bleu_vs_ar"] = quality.bleu(lane.text, ar_text)
+    if reference:
+        q["rouge_l_vs_ref"] = quality.rouge_l(lane.text, reference)
+        q["bleu_vs_ref"] = quality.bleu(lane.text, reference)
+    if settings.perplexity and lane.token_ids:
+        q["perplexity"] = quality.perplexity(engine, engine.encode(req), lane.token_ids)
+    q["lossless_strategy"] = get(strategy).lossless
+    return q
+
+
+# ---------------------------------------------------------------- tables
+
+def table(df) -> list[dict]:
+    """Per strategy and category (and 'all'): speed-up vs ar, tau, TTFT/TPOT p50, quality, mismatches, n."""
+    rows = []
+    if df is None or len(df) == 0:
+        return rows
+    df = df[df["error"].isna()] if "error" in df else df
+    cats = sorted(df["category"].dropna().unique().tolist()) + ["all"]
+    for run_id in sorted(df["run_id"].unique()):
+        d_run = df[df["run_id"] == run_id]
+        for cat in cats:
+            d = d_run if cat == "all" else d_run[d_run["category"] == cat]
+            ar = d[d["strategy"] == "ar"]
+            for s in sorted(d["strategy"].unique(), key=lambda x: (x != "ar", x)):
+                ds = d[d["strategy"] == s]
+                qual = ds["quality"].tolist()
+                mism = [q for q in qual if q and q.get("lossless_strategy") and q.get("exact_match") is False]
+                rl = [q.get("rouge_l_vs_ar") for q in qual if q and q.get("rouge_l_vs_ar") is not None]
+                rr = [q.get("rouge_l_vs_ref") for q in qual if q and q.get("rouge_l_vs_ref") is not None]
+                ppl = [q.get("perplexity") for q in qual if q and q.get("perplexity") is not None]
+                rows.append({
+                    "run": int(run_id), "category": cat, "strategy": s, "n": len(ds),
+                    "tokens_per_s": summary(ds["tokens_per_s"].tolist())["mean"],
+                    "speedup": speedup(ds["tokens_per_s"].tolist(), ar["tokens_per_s"].tolist()),
+                    "tokens_per_pass": summary(ds["tokens_per_pass"].tolist())["mean"],
+                    "ttft_p50": summary(ds["ttft_s"].tolist())["p50"],
+                    "tpot_p50": summary(ds["tpot_s"].tolist())["p50"],
+                    "rouge_l_vs_ar": sum(rl) / len(rl) if rl else None,
+                    "rouge_l_vs_ref": sum(rr) / len(rr) if rr else None,
+                    "perplexity": sum(ppl) / len(ppl) if ppl else None,
+                    "lossless_mismatches": len(mism) if get(s).lossless and s != "ar" else None,
+                })
+    return rows
+
+
+def markdown(rows: list[dict], title: str = "") -> str:
+    def f(v, fmt):
+        return "–" if v is None else format(v, fmt)
+    head = ("| category | strategy | speed-up vs ar | tokens/s | tokens/pass | TTFT p50 (s) | TPOT p50 (ms) | "
+            "ROUGE-L vs ar | ROUGE-L vs ref | perplexity | lossless mismatches | n |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    body = "".join(
+        f"| {r['category']} | {r['strategy']} | {f(r['speedup'], '.2f')}× | {f(r['tokens_per_s'], '.1f')} | "
+        f"{f(r['tokens_per_pass'], '.2f')} | {f(r['ttft_p50'], '.3f')} | "
+        f"{f(None if r['tpot_p50'] is None else r['tpot_p50'] * 1000, '.1f')} | {f(r['rouge_l_vs_ar'], '.3f')} | "
+        f"{f(r['rouge_l_vs_ref'], '.3f')} | {f(r['perplexity'], '.2f')} | "
+        f"{'–' if r['lossless_mismatches'] is None else r['lossless_mismatches']} | {r['n']} |\n"
+        for r in rows)
+    return (f"{title}\n\n" if title else "") + head + body
+
+
+def settings_with(settings: BenchSettings, **kw) -> BenchSettings:
+    return replace(settings, **kw)

@@ -1,0 +1,68 @@
+"""`pld`: prompt lookup decoding - drafts copied from the context, no draft model.
+
+Each step looks for the most recent earlier occurrence of the last n tokens of prompt + output (n from
+`max_ngram` down to 1) and proposes the `num_pred` tokens that followed it; one target pass verifies them
+with the coupled rule (`verification.coupled`): greedy output equals `ar`, and sampled output equals `ar`
+with the same seed token for token. Without a match the step is a plain one-token step.
+
+The copy may run into its own proposals, LZ77-style: when the match ends close to the end of the context,
+the continuation keeps following the same offset, so a repeating cycle shorter than `num_pred` still yields
+`num_pred` proposals.
+"""
+from __future__ import annotations
+
+from .. import verification
+from .base import Output, Param, Request, Strategy, register, u_stream
+
+
+def lookup(seq: list[int], max_ngram: int, num_pred: int, min_ngram: int = 1) -> list[int]:
+    """Proposals for the continuation of `seq`: see the module docstring. [] when nothing matches."""
+    L = len(seq)
+    if num_pred <= 0:
+        return []
+    for n in range(min(max_ngram, L - 1), min_ngram - 1, -1):
+        tail = seq[L - n:]
+        first = tail[0]
+        # most recent start i < L - n with seq[i:i+n] == tail
+        for i in range(L - n - 1, -1, -1):
+            if seq[i] == first and seq[i:i + n] == tail:
+                src, ext = i + n, list(seq)
+                while len(ext) < L + num_pred:
+                    ext.append(ext[src])
+                    src += 1
+                return ext[L:]
+    return []
+
+
+@register
+class PromptLookup(Strategy):
+    name = "pld"
+    title = "Prompt lookup"
+    lossless = True
+    params = {
+        "max_ngram": Param(3, int, 1, 8, help="longest suffix n-gram looked up (then shorter ones)"),
+        "num_pred": Param(10, int, 1, 64, help="tokens proposed after a match"),
+    }
+
+    def stream(self, engine, request: Request):
+        ids = request.validate(engine)
+        p = self.resolve_params(request)
+        sp, us = request.sampling, u_stream(request)
+        out = Output(engine, request)
+        seq = list(ids)
+        cache = engine.new_cache()
+        prefill = True
+        while True:
+            room = out.budget - len(out.ids) - 1          # the last budget token comes free
+            proposals = lookup(seq, p["max_ngram"], min(p["num_pred"], room))
+            base, k = len(seq), len(proposals)
+            logits = engine.forward(seq[engine.cache_len(cache):] + proposals, cache, logits_to_keep=k + 1)[0]
+            v = verification.coupled(proposals, logits, sp, us, start=len(out.ids))
+            engine.crop(cache, base + v.accepted)
+            seq += v.tokens
+            step = out.step(v.tokens, forward_passes=1, drafted=k, prefill=prefill)
+            step.accepted = min(v.accepted, len(step.token_ids))
+            yield step
+            if out.done:
+                return
+            prefill = False

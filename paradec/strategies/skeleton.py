@@ -1,0 +1,396 @@
+"""`sot` and `sot-r`: Skeleton-of-Thought (Ning et al., ICLR 2024) with truly batched point expansion.
+
+Stage 1 (skeleton). The model is asked for a short numbered outline; the assistant turn is pre-filled with
+"1.". One Step per forward pass, segment 0, `info={'stage': 'skeleton'}`. The text is parsed into points
+(`parse_skeleton`); with fewer than two points SoT makes no sense and the strategy falls back to plain
+autoregressive decoding of the question (`info={'fallback': reason}`, answer in segment 1).
+
+Stage 2 (expansion). One prompt per point b: the conversation, the cleaned skeleton, and an instruction to
+write point b only, with the assistant turn pre-filled with "b. <point>". All points are expanded as ONE
+left-padded batch:
+  * the shared prefix (the longest run of tokens common to every expansion prompt) is prefilled once at
+    batch size 1 - reusing the skeleton stage's KV cache for whatever part of it the skeleton pass already
+    computed - and its cache is repeated over the batch;
+  * the per-point suffixes are prefilled together by `engine.prefill_batch` (attention mask + per-row
+    position ids, so left padding changes nothing), then decoded together by `engine.decode_batch`.
+Each batched forward pass yields one Step per point that received a token (or finished) in that pass,
+segment = point index (1-based); the first of them carries forward_passes=1, the others 0, so the sum of
+forward_passes over the stream is exactly the number of model calls. A finished point keeps decoding a pad
+token (its row is still in the batch) but emits nothing; the stage ends when every point is done.
+
+Token budget rule. The skeleton has its own budget (`skeleton_max_tokens`, clipped to the context); it is
+planning overhead and is not part of the answer. `request.max_new_tokens` bounds the answer, the sum over the
+points: with n points each point may generate min(point_max_tokens, max_new_tokens // n) tokens, so the sum
+never exceeds max_new_tokens (if n > max_new_tokens only the first max_new_tokens points are expanded, one
+token each - a degenerate case). The fallback answers with the full max_new_tokens, exactly like `ar`.
+
+Answer. Segment 0 is the skeleton and is NOT part of the answer; the answer is the points in order,
+each "b. <point>" (its header, taken from the skeleton, is prepended to the text of the point's first Step)
+followed by its expansion, joined with newlines. The last Step's `info['answer']` holds the assembled
+answer. Only the question and this answer belong in a conversation's history: see `sot_history`.
+
+Sampling. The skeleton uses the request's u stream (seed); point b uses its own stream seeded with
+`point_seed(seed, b)`, so a point's sample does not depend on how many other points share its batch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..sampling import UStream, next_tokens
+from .base import Output, Param, Request, RequestError, Step, Strategy, get, register, u_stream
+
+MAX_POINT_WORDS = 16
+
+
+# ---------------------------------------------------------------------------------------------- templates
+@dataclass(frozen=True)
+class Template:
+    """How the two SoT prompts are phrased. `{question}`, `{skeleton}` and `{b}` are filled in."""
+    name: str
+    skeleton_user: str          # the user turn of the skeleton stage
+    expand_user: str            # the user turn asking for point b
+    expand_after_skeleton: bool  # True: [question, assistant skeleton, expand_user]; False: one user turn
+
+    def skeleton_messages(self, history: list[dict], question: str) -> list[dict]:
+        return history + [{"role": "user", "content": self.skeleton_user.format(question=question)}]
+
+    def expansion_messages(self, history: list[dict], question: str, skeleton: str, b: int) -> list[dict]:
+        if self.expand_after_skeleton:
+            return history + [{"role": "user", "content": self.skeleton_user.format(question=question)},
+                              {"role": "assistant", "content": skeleton},
+                              {"role": "user", "content": self.expand_user.format(b=b)}]
+        return history + [{"role": "user",
+                           "content": self.expand_user.format(question=question, skeleton=skeleton, b=b)}]
+
+
+TEMPLATES = {
+    # The default model was trained on exactly this conversation shape (paradec/training/corpus.py):
+    # user "Outline the module `json`." -> "1. dumps: ...\n2. ..."; user "Expand point 2 of that outline."
+    # -> "2. <point>. `sig`: one or two sentences". The question goes in unchanged.
+    "paradec-tiny": Template("paradec-tiny", "{question}", "Expand point {b} of that outline.", True),
+    # For general chat models: the SoT paper's two prompts, in our own words (an outline of 3-10 points of
+    # 3-5 words; then "write only point b, in one or two sentences").
+    "generic": Template(
+        "generic",
+        "You plan answers; you do not write them. Give only the skeleton of an answer to the question "
+        "below: a numbered list (1., 2., 3., ...) of 3 to 10 points, each point only 3 to 5 words, "
+        "no full sentences and nothing else.\n\nQuestion: {question}\n\nSkeleton:",
+        "You are writing one point, and one point only, of an answer to the question below.\n\n"
+        "Question: {question}\n\nThe skeleton of the answer:\n{skeleton}\n\n"
+        "Write point {b} and only point {b}, very briefly, in one or two sentences. "
+        "Do not continue with any other point.",
+        False),
+}
+
+
+def skeleton_prefix() -> str:
+    return "1."
+
+
+def point_prefix(b: int, point: str) -> str:
+    return f"{b}. {point}"
+
+
+def point_seed(seed: int, b: int) -> int:
+    return (int(seed) + 7919 * int(b)) % (2 ** 63)
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+_POINT = re.compile(r"^\s*(?:[-*]\s*)?(?:\*\*)?(\d{1,3})\s*[.)]\s*(?:\*\*)?\s*(.*?)\s*$")
+
+
+def parse_skeleton(text: str, max_points: int = 10) -> list[str]:
+    """Points of a numbered skeleton, in order, cleaned.
+
+    Lines that do not start with `N.` / `N)` are ignored (junk, preambles). A repeated index keeps its first
+    occurrence; indexes that go backwards are treated as repeats (the model started the list over). Gaps are
+    closed by renumbering: the result is just the ordered list, point b is result[b-1]. Points are stripped
+    of markdown emphasis and trailing punctuation and cut to MAX_POINT_WORDS words; empty points are dropped;
+    at most `max_points` are kept.
+    """
+    points, seen, last = [], set(), 0
+    for line in text.splitlines():
+        m = _POINT.match(line)
+        if not m:
+            continue
+        idx, body = int(m.group(1)), m.group(2)
+        if idx in seen or idx <= last:
+            continue
+        body = body.replace("**", "").strip().rstrip(".;,").strip()
+        words = body.split()
+        if not words:
+            continue
+        seen.add(idx)
+        last = idx
+        points.append(" ".join(words[:MAX_POINT_WORDS]))
+        if len(points) >= max_points:
+            break
+    return points
+
+
+def render_skeleton(points: list[str]) -> str:
+    return "\n".join(point_prefix(b, p) for b, p in enumerate(points, 1))
+
+
+def split_question(request: Request) -> tuple[list[dict], str]:
+    """(history, question): the conversation before the last user turn, and that turn's text."""
+    if request.messages:
+        if request.messages[-1].get("role") != "user":
+            raise RequestError("sot: the last message must be the user's question")
+        return [dict(m) for m in request.messages[:-1]], request.messages[-1]["content"]
+    return [], request.prompt
+
+
+def sot_history(messages: list[dict], answer: str) -> list[dict]:
+    """The conversation for the next turn: the messages up to and including the question, then the answer.
+
+    The skeleton prompt, the skeleton and the expansion prompts are scaffolding and never enter the history.
+    """
+    return [dict(m) for m in messages] + [{"role": "assistant", "content": answer}]
+
+
+def _lcp(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def shared_prefix_len(prompts: list[list[int]]) -> int:
+    """Tokens common to every prompt, leaving each prompt at least one token of its own."""
+    n = min(len(p) for p in prompts) - 1
+    for p in prompts[1:]:
+        n = min(n, _lcp(prompts[0], p))
+    return max(n, 0)
+
+
+# ---------------------------------------------------------------------------------------------- expansion
+def expand_points(engine, request: Request, prompts: list[list[int]], outs: list[Output],
+                  streams: list[UStream | None], prefix: tuple | None = None, headers: list[str] | None = None):
+    """Expand all prompts as one batch. Yields, per forward pass, the list of Steps of that pass.
+
+    prompts: the full token ids of every expansion prompt; outs: one Output per point (its budget is the
+    point's budget); streams: per-point u streams (None under greedy decoding); prefix: optional
+    (cache, ids) of a batch-1 KV cache whose first positions hold `ids` (the skeleton pass), reused for the
+    shared prefix and consumed; headers: text prepended to each point's first Step.
+    """
+    sp = request.sampling
+    B = len(prompts)
+    L = shared_prefix_len(prompts)
+    shared = prompts[0][:L]
+    cache, past_mask = None, None
+    if L > 0:
+        have = 0
+        if prefix is not None:
+            cache, ids = prefix
+            have = min(_lcp(list(ids), shared), engine.cache_len(cache))
+            if have == 0:
+                cache = None
+            else:
+                engine.crop(cache, have)
+        if cache is None:
+            cache = engine.new_cache()
+        if have < L:
+            engine.forward(shared[have:], cache, positions=list(range(have, L)), logits_to_keep=1)
+            yield [Step(segment=1, forward_passes=1, prefill=True,
+                        info={"stage": "expand-prefix", "shared_tokens": L, "reused_tokens": have})]
+        cache.batch_repeat_interleave(B)
+        past_mask = torch.ones((B, L), dtype=torch.long, device=engine.device)
+    logits, cache, mask, pos = engine.prefill_batch([p[L:] for p in prompts], cache, past_mask)
+    first_pass, started = True, [False] * B
+    while True:
+        if sp.greedy:
+            u = None
+        else:
+            u = torch.tensor([streams[i][len(outs[i].ids)] for i in range(B)], dtype=torch.float64)
+        toks = next_tokens(logits, sp, u).cpu()
+        steps = []
+        for i in range(B):
+            if outs[i].done:
+                continue
+            st = outs[i].step([int(toks[i])], segment=i + 1,
+                              info={"stage": "expand", "point": i + 1, "batch": B})
+            if not started[i]:
+                started[i] = True
+                if headers:
+                    st.text = headers[i] + st.text
+            steps.append(st)
+        steps[0].forward_passes = 1
+        steps[0].prefill = first_pass
+        if first_pass:
+            steps[0].info.update(shared_tokens=L, suffix_tokens=[len(p) - L for p in prompts])
+        first_pass = False
+        if all(o.done for o in outs):
+            yield steps
+            return
+        yield steps
+        feed = torch.tensor([engine.pad_id if outs[i].done else int(toks[i]) for i in range(B)],
+                            dtype=torch.long, device=engine.device)
+        logits, mask = engine.decode_batch(feed, cache, mask, pos)
+        pos = pos + 1
+
+
+def point_budgets(n: int, max_new_tokens: int, point_max_tokens: int) -> list[int]:
+    """Per-point budgets: min(point_max_tokens, max_new_tokens // n); never more than max_new_tokens in all."""
+    if n > max_new_tokens:
+        return [1] * max_new_tokens
+    return [max(1, min(point_max_tokens, max_new_tokens // n))] * n
+
+
+SOT_PARAMS = {
+    "max_points": Param(10, int, 2, 10, help="most skeleton points kept"),
+    "point_max_tokens": Param(48, int, 1, 1024, help="most tokens one point may generate"),
+    "skeleton_max_tokens": Param(128, int, 8, 1024, help="most tokens the skeleton may take"),
+    "template": Param("paradec-tiny", str, choices=tuple(TEMPLATES),
+                      help="prompt wording: paradec-tiny (the default model's format) or generic (SoT paper)"),
+}
+
+
+@register
+class SkeletonOfThought(Strategy):
+    name = "sot"
+    title = "Skeleton-of-Thought"
+    lossless = False
+    params = SOT_PARAMS
+
+    def stream(self, engine, request: Request):
+        request.validate()
+        p = self.resolve_params(request)
+        tpl = TEMPLATES[p["template"]]
+        history, question = split_question(request)
+        plain = dataclasses.replace(request, stop=[], assistant_prefix="", params={})
+
+        # ---- stage 1: the skeleton
+        forced = request.params.get("_skeleton")
+        prefix = None
+        if forced is not None:   # tests and replays: a given skeleton, no skeleton pass
+            points = parse_skeleton(forced, p["max_points"]) if isinstance(forced, str) \
+                else [str(x).strip() for x in forced][:p["max_points"]]
+            reason = "given skeleton"
+        else:
+            sk_msgs = tpl.skeleton_messages(history, question)
+            sk_ids = engine.encode_messages(sk_msgs, skeleton_prefix())
+            room = engine.context_length - len(sk_ids)
+            if room < 2:
+                raise RequestError(f"sot: the skeleton prompt is {len(sk_ids)} tokens; the model's context is "
+                                   f"{engine.context_length}")
+            sk_req = dataclasses.replace(plain, max_new_tokens=min(p["skeleton_max_tokens"], room))
+            out = Output(engine, sk_req)
+            us = u_stream(request)
+            cache = engine.new_cache()
+            fed = list(sk_ids)
+            logits = engine.forward(sk_ids, cache, logits_to_keep=1)[0, -1]
+            first = True
+            while True:
+                tok = int(next_tokens(logits, request.sampling, us[len(out.ids)] if us else None))
+                st = out.step([tok], forward_passes=1, prefill=first, segment=0, info={"stage": "skeleton"})
+                if first:
+                    st.text = skeleton_prefix() + st.text
+                first = False
+                if out.done:
+                    points = parse_skeleton(skeleton_prefix() + out.text, p["max_points"])
+                    st.info.update(skeleton=skeleton_prefix() + out.text, points=points)
+                    yield st
+                    break
+                yield st
+                logits = engine.forward([tok], cache, logits_to_keep=1)[0, -1]
+                fed.append(tok)
+            prefix = (cache, fed)
+            reason = "skeleton"
+
+        # ---- fallback: nothing to parallelise
+        if len(points) < 2:
+            why = (f"the {reason} has {len(points)} point{'s' if len(points) != 1 else ''}; "
+                   "SoT needs at least 2, answering autoregressively")
+            yield from _fallback(engine, request, why)
+            return
+
+        # ---- stage 2: all points in one batch
+        skeleton = render_skeleton(points)
+        prompts = [engine.encode_messages(tpl.expansion_messages(history, question, skeleton, b),
+                                          point_prefix(b, pt))
+                   for b, pt in enumerate(points, 1)]
+        budgets = point_budgets(len(points), request.max_new_tokens, p["point_max_tokens"])
+        room = engine.context_length - max(len(x) for x in prompts)
+        if room < 1:
+            yield from _fallback(engine, request, f"the expansion prompts ({max(len(x) for x in prompts)} tokens) "
+                                                  f"do not fit the model's context of {engine.context_length}")
+            return
+        points, prompts = points[:len(budgets)], prompts[:len(budgets)]
+        budgets = [min(b, room) for b in budgets]
+        outs = [Output(engine, dataclasses.replace(request, stop=list(request.stop) + [f"\n{b + 1}."]), budget=bud)
+                for b, bud in enumerate(budgets, 1)]
+        streams = [None if request.sampling.greedy else UStream(point_seed(request.seed, b))
+                   for b in range(1, len(points) + 1)]
+        headers = [point_prefix(b, pt) for b, pt in enumerate(points, 1)]
+        last = None
+        for steps in expand_points(engine, request, prompts, outs, streams, prefix, headers):
+            if last is not None:
+                yield last
+            for st in steps[:-1]:
+                yield st
+            last = steps[-1]
+        answer = "\n".join(h + o.text for h, o in zip(headers, outs))
+        last.info.update(answer=answer, points=points,
+                         point_tokens=[len(o.ids) for o in outs],
+                         finish_reasons=[o.finish_reason for o in outs])
+        yield last
+
+
+def _fallback(engine, request: Request, why: str):
+    """Plain `ar` on the original question, in segment 1; the reason on the first Step."""
+    ar_req = dataclasses.replace(request, params={k: v for k, v in request.params.items()
+                                                  if k.startswith("_") and k != "_skeleton"})
+    text, first, prev = "", True, None
+    for st in get("ar").stream(engine, ar_req):
+        st.segment = 1
+        if first:
+            st.info.update(fallback=why, stage="fallback")
+            first = False
+        text += st.text
+        if prev is not None:
+            yield prev
+        prev = st
+    prev.info["answer"] = text
+    yield prev
+
+
+# ---------------------------------------------------------------------------------------------- SoT-R
+@register
+class RoutedSkeletonOfThought(Strategy):
+    name = "sot-r"
+    title = "Skeleton-of-Thought with router"
+    lossless = False
+    params = dict(SOT_PARAMS, threshold=Param(0.5, float, 0.0, 1.0,
+                                              help="route to SoT when P(list-style) is at least this"))
+
+    def stream(self, engine, request: Request):
+        from ..router import load_router
+        request.validate()
+        p = self.resolve_params(request)
+        _, question = split_question(request)
+        t0 = time.perf_counter()
+        router = load_router()
+        prob = router.prob(question)
+        route = "sot" if prob >= p["threshold"] else "ar"
+        note = {"route": route, "p_list": round(prob, 4), "router": router.source,
+                "router_ms": round(1000 * (time.perf_counter() - t0), 3)}
+        hidden = {k: v for k, v in request.params.items() if k.startswith("_")}
+        if route == "ar":
+            inner = get("ar").stream(engine, dataclasses.replace(
+                request, params={k: v for k, v in hidden.items() if k != "_skeleton"}))
+        else:
+            sot_params = {k: v for k, v in p.items() if k != "threshold"}
+            inner = get("sot").stream(engine, dataclasses.replace(request, params={**sot_params, **hidden}))
+        first = True
+        for st in inner:
+            if first:
+                st.info.update(note)
+                first = False
+            yield st

@@ -1,0 +1,139 @@
+"""`sps`: speculative decoding with a separate draft model (Leviathan et al. 2023; Chen et al. 2023).
+
+Each step: the draft model proposes k tokens one at a time with its own KV cache (k draft passes), then one
+target forward pass over the uncached tokens plus the k proposals scores all k+1 positions. Greedy requests
+keep the longest prefix equal to the target's argmax (output == `ar`); sampled requests use rejection
+sampling (`verification.rejection`), which leaves the output distributed exactly as the target's. Both
+caches are cropped back to the accepted tokens. With `adaptive` on, k follows transformers' heuristic:
++2 after a step where every proposal was accepted, -1 otherwise, kept within 1..16.
+
+Invariant between steps: `seq` is prompt + output; each cache holds a prefix of `seq` and the rest of `seq`
+(at least its last token) is fed on the next pass.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .. import verification
+from ..engine import DEFAULT_DRAFT, Engine, ModelError
+from ..sampling import process
+from .base import Output, Param, Request, Strategy, register
+
+K_MIN, K_MAX = 1, 16
+TRAIN_DRAFT = "train it: python -m paradec train draft"
+
+
+def _dtype_name(engine) -> str:
+    return str(engine.dtype).replace("torch.", "")
+
+
+def draft_model(engine, request: Request | None = None) -> Engine:
+    """The draft Engine for `engine`: request.params['draft'] (a model path) if given, else the shipped
+    paradec-tiny-draft. The default one is loaded once and cached in engine.extras['draft'] (tests and callers
+    may put any Engine there); drafts named by path are cached in engine.extras['drafts'][path]."""
+    path = str((request.params.get("draft") if request is not None else None) or "")
+    if not path:
+        if engine.extras.get("draft") is not None:
+            return engine.extras["draft"]
+        if not (Path(DEFAULT_DRAFT) / "config.json").exists():
+            raise ModelError(f"no draft model at {DEFAULT_DRAFT}: {TRAIN_DRAFT}")
+        engine.extras["draft"] = Engine.load(str(DEFAULT_DRAFT), device=str(engine.device), dtype=_dtype_name(engine))
+        return engine.extras["draft"]
+    drafts = engine.extras.setdefault("drafts", {})
+    if path not in drafts:
+        drafts[path] = Engine.load(path, device=str(engine.device), dtype=_dtype_name(engine))
+    return drafts[path]
+
+
+def incompatibility(engine, draft) -> str:
+    """'' when `draft` can draft for `engine` (same tokenizer vocabulary), else why not. Cached per pair."""
+    memo = engine.extras.setdefault("draft_checks", {})
+    key = id(draft)
+    if key not in memo:
+        why = ""
+        if draft is not engine and draft.tokenizer.get_vocab() != engine.tokenizer.get_vocab():
+            why = (f"the draft model {draft.name} has a different tokenizer from {engine.name}; "
+                   "pass a draft with the same tokenizer (parameter draft=PATH)")
+        memo[key] = why
+    return memo[key]
+
+
+def fit_vocab(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Draft logits (..., V_d) -> (..., vocab_size): padding rows the draft lacks get -inf (zero probability);
+    extra draft rows (embedding padding beyond the tokenizer) are dropped."""
+    v = logits.shape[-1]
+    if v == vocab_size:
+        return logits
+    if v > vocab_size:
+        return logits[..., :vocab_size]
+    pad = torch.full((*logits.shape[:-1], vocab_size - v), float("-inf"), dtype=logits.dtype, device=logits.device)
+    return torch.cat([logits, pad], -1)
+
+
+@register
+class SpeculativeSampling(Strategy):
+    name = "sps"
+    title = "Speculative decoding (draft model)"
+    lossless = True
+    params = {
+        "k": Param(4, int, K_MIN, K_MAX, help="tokens drafted per step (the start value when adaptive)"),
+        "adaptive": Param(True, bool, help="+2 after a fully accepted step, -1 otherwise (transformers' rule)"),
+        "draft": Param("", str, help="draft model folder with the same tokenizer (default: paradec-tiny-draft)"),
+    }
+
+    def available(self, engine) -> tuple[bool, str]:
+        try:
+            draft = draft_model(engine)
+        except ModelError as e:
+            return False, TRAIN_DRAFT if str(DEFAULT_DRAFT) in str(e) else str(e)
+        why = incompatibility(engine, draft)
+        return (not why), why
+
+    def stream(self, engine, request: Request):
+        ids = request.validate(engine)
+        p = self.resolve_params(request)
+        draft = draft_model(engine, request)
+        why = incompatibility(engine, draft)
+        if why:
+            raise ModelError(why)
+        sp = request.sampling
+        rng = verification.Rng(request.seed)
+        out = Output(engine, request)
+        seq = list(ids)
+        tcache, dcache = engine.new_cache(), draft.new_cache()
+        k, prefill = p["k"], True
+        while True:
+            kk = max(0, min(k, out.budget - len(out.ids) - 1))   # the last budget token comes free
+            proposals, qs = [], []
+            feed = seq[draft.cache_len(dcache):]
+            for _ in range(kk):
+                lg = fit_vocab(draft.forward(feed, dcache, logits_to_keep=1)[0, -1], engine.vocab_size)
+                if sp.greedy:
+                    x = int(lg.argmax())
+                else:
+                    q = process(lg, sp)
+                    x = rng.sample(q)
+                    qs.append(q)
+                proposals.append(x)
+                feed = [x]
+            base = len(seq)
+            logits = engine.forward(seq[engine.cache_len(tcache):] + proposals, tcache, logits_to_keep=kk + 1)[0]
+            if sp.greedy:
+                v = verification.greedy(proposals, logits)
+            else:
+                qprobs = torch.stack(qs) if qs else logits.new_zeros((0, logits.shape[-1]))
+                v = verification.rejection(proposals, qprobs, logits, sp, rng)
+            engine.crop(tcache, base + v.accepted)
+            draft.crop(dcache, min(draft.cache_len(dcache), base + v.accepted))
+            seq += v.tokens
+            step = out.step(v.tokens, forward_passes=1, draft_passes=kk, drafted=kk, prefill=prefill,
+                            info={"k": kk})
+            step.accepted = min(v.accepted, len(step.token_ids))
+            yield step
+            if out.done:
+                return
+            prefill = False
+            if p["adaptive"] and kk:
+                k = min(K_MAX, k + 2) if v.accepted == kk else max(K_MIN, k - 1)

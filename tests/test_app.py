@@ -1,0 +1,381 @@
+"""The web app, launched for real on 127.0.0.1 (random tiny engine, temporary SQLite file) and driven over HTTP
+with gradio_client; plus the chart functions on hand-made frames and app.py as a real subprocess."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+gradio_client = pytest.importorskip("gradio_client")
+from gradio_client import Client, handle_file  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+N_COLS = 8
+STATUS, FIGS = N_COLS, N_COLS + 1          # output positions of the race endpoint
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory, tiny_engine):
+    import torch
+    torch.set_num_threads(1)
+    sys.path.insert(0, str(ROOT))
+    from app import build_app, launch
+    from paradec.store import Store
+    db = tmp_path_factory.mktemp("appdb") / "app.db"
+    store = Store(f"sqlite:///{db}")
+    demo = build_app(tiny_engine, store)
+    port = free_port()
+    launch(demo, "127.0.0.1", port, prevent_thread_lock=True, quiet=True)
+    url = f"http://127.0.0.1:{port}/"
+    yield {"url": url, "store": store, "demo": demo, "engine": tiny_engine}
+    demo.close()
+    store.close()
+
+
+def client(app) -> Client:
+    return Client(app["url"], verbose=False, analytics_enabled=False)
+
+
+def race_args(prompt, strategies, max_new_tokens, temperature=0.0, seed=0):
+    from paradec.ui.arena import default_params_json, param_strategies
+    return [prompt, "chat", strategies, max_new_tokens, temperature, 1.0, seed,
+            *[default_params_json(n) for n in param_strategies()]]
+
+
+def wait_job(job, timeout=240):
+    t0 = time.time()
+    while not job.done():
+        assert time.time() - t0 < timeout, "the job did not finish in time"
+        time.sleep(0.05)
+
+
+# ---------------------------------------------------------------------------------------------- Arena
+def test_race_streams_every_column_at_once_and_is_stored(app):
+    from paradec.strategies import get
+    store = app["store"]
+    before = {r["id"] for r in store.list_runs(kind="race")}
+    names = ["ar", "hf-generate", "pld", "lookahead"]
+    for n in names:
+        assert get(n).available(app["engine"])[0], n
+    c = client(app)
+    job = c.submit(*race_args("Explain what a context manager is in Python.", names, 400), api_name="/race")
+    frames = []                        # every streamed figures frame, observed while the job runs
+    seen = 0
+    t0 = time.time()
+    while True:
+        outs = job.outputs()
+        for o in outs[seen:]:
+            frames.append(o[FIGS])
+        seen = len(outs)
+        if job.done() and len(job.outputs()) == seen:
+            break
+        assert time.time() - t0 < 300
+        time.sleep(0.02)
+    assert len(frames) >= 5, "the race should stream many updates"
+    stepwise = ["ar", "pld", "lookahead"]           # hf-generate is transformers' generate: one step by design
+    # some frame shows every step-wise column with text while none of them has finished: they stream together
+    together = [f for f in frames if f and all(f["lanes"][n]["tokens"] > 0 and f["lanes"][n]["status"] == "running"
+                                                 for n in stepwise)]
+    assert together, "no frame had partial output in every column before any column finished"
+    mid = together[0]["lanes"]
+    assert all(0 < mid[n]["tokens"] < 400 for n in stepwise)
+    final = frames[-1]
+    assert final["finished"] and final["run_id"] is not None
+    ar = final["lanes"]["ar"]
+    for n in names:
+        lane = final["lanes"][n]
+        assert lane["status"] == "done", (n, lane)
+        assert lane["tokens"] > 0 and lane["elapsed_s"] > 0 and lane["ttft_s"] > 0 and lane["tokens_per_s"] > 0
+        assert lane["forward_passes"] > 0 and lane["tokens_per_pass"] > 0
+        if n != "ar":
+            assert lane["speedup"] == pytest.approx(lane["tokens_per_s"] / ar["tokens_per_s"])
+            assert lane["diverges_at"] is None, f"{n} is lossless but diverged from ar"
+            assert lane["text"] == ar["text"]
+    # the rendered columns carry the live figures and the lossless verdict
+    last = job.outputs()[-1]
+    html_cols = [last[i]["value"] if isinstance(last[i], dict) else last[i] for i in range(len(names))]
+    for n, h in zip(names, html_cols):
+        assert f'data-strategy="{n}"' in h and "tokens/s" in h and "TTFT" in h and "forward passes" in h
+        if n != "ar":
+            assert "lossless: identical to ar" in h and "speed-up vs ar" in h
+    assert f"run #{final['run_id']}" in last[STATUS]
+    # stored: one race run with one result row per strategy carrying the figures
+    runs = [r for r in store.list_runs(kind="race") if r["id"] not in before]
+    assert [r["id"] for r in runs] == [final["run_id"]]
+    assert runs[0]["status"] == "finished" and runs[0]["strategies"] == names
+    rows = {r["strategy"]: r for r in store.get_results(final["run_id"])}
+    assert set(rows) == set(names)
+    for n in names:
+        assert rows[n]["n_tokens"] == final["lanes"][n]["tokens"]
+        assert rows[n]["text"] == final["lanes"][n]["text"]
+        assert rows[n]["tokens_per_s"] == pytest.approx(final["lanes"][n]["tokens_per_s"])
+        assert rows[n]["forward_passes"] == final["lanes"][n]["forward_passes"]
+    assert rows["pld"]["quality"]["exact_match"] is True and rows["pld"]["quality"]["diverges_at"] is None
+
+    # replay: each column at its own pace, growing from nothing to the final text
+    rjob = c.submit(4.0, api_name="/replay")
+    wait_job(rjob)
+    rep = rjob.outputs()
+    assert len(rep) >= 3
+    first_html = rep[0][0]["value"] if isinstance(rep[0][0], dict) else rep[0][0]
+    last_html = rep[-1][0]["value"] if isinstance(rep[-1][0], dict) else rep[-1][0]
+    assert "data-status=\"done\"" in last_html and len(last_html) > len(first_html)
+
+
+def test_stop_really_stops_the_race_and_saves_it(app):
+    store = app["store"]
+    c = client(app)
+    job = c.submit(*race_args("Tell me a long story about a parser.", ["ar", "pld", "lookahead"], 480),
+                   api_name="/race")
+    t0 = time.time()
+    while True:
+        outs = job.outputs()
+        if outs and outs[-1][FIGS] and all(v["tokens"] >= 5 for v in outs[-1][FIGS]["lanes"].values()):
+            break
+        assert not job.done(), "the race ended before it could be stopped; raise max_new_tokens"
+        assert time.time() - t0 < 120
+        time.sleep(0.02)
+    msg = c.predict(api_name="/stop")
+    assert msg == "Stopping…"
+    wait_job(job, 60)
+    final = job.outputs()[-1][FIGS]
+    assert final["finished"]
+    assert all(v["status"] == "stopped" for v in final["lanes"].values()), final["lanes"]
+    assert all(v["tokens"] < 480 for v in final["lanes"].values())
+    run = store.get_run(final["run_id"])
+    assert run["kind"] == "race" and run["status"] == "interrupted" and run["n_results"] == 3
+    stored = {r["strategy"]: r for r in store.get_results(run["id"])}
+    assert all(r["quality"]["status"] == "stopped" for r in stored.values())
+    # the model work really stopped: a second look a moment later finds the same token counts
+    time.sleep(0.5)
+    assert {r["strategy"]: r["n_tokens"] for r in store.get_results(run["id"])} == \
+        {n: v["tokens"] for n, v in final["lanes"].items()}
+    assert c.predict(api_name="/stop") == "Nothing is running."
+
+
+def test_race_rejects_bad_input_with_a_message(app):
+    c = client(app)
+    with pytest.raises(Exception, match="prompt is empty"):
+        c.predict(*race_args("   ", ["ar", "pld"], 8), api_name="/race")
+    args = race_args("hi", ["ar", "pld"], 8)
+    from paradec.ui.arena import param_strategies
+    args[7 + param_strategies().index("pld")] = '{"num_pred": 0}'
+    with pytest.raises(Exception, match="num_pred must be between"):
+        c.predict(*args, api_name="/race")
+
+
+def test_two_sessions_queue_for_the_engine(app):
+    a, b = client(app), client(app)
+    ja = a.submit(*race_args("first session", ["ar", "pld", "lookahead"], 300), api_name="/race")
+    t0 = time.time()
+    while not ja.outputs():
+        assert time.time() - t0 < 60
+        time.sleep(0.02)
+    jb = b.submit(*race_args("second session", ["ar", "pld"], 16), api_name="/race")
+    ranks = []
+    while not jb.done():
+        st = jb.status()
+        if st.code.name == "IN_QUEUE" and st.rank is not None:
+            ranks.append(st.rank)
+        if not ja.done():
+            assert not jb.outputs(), "the second race streamed while the first still held the engine"
+        time.sleep(0.02)
+    assert ranks and min(ranks) == 0, "the waiting session never saw its queue position"
+    assert ja.done() and jb.outputs()[-1][FIGS]["finished"]
+
+
+# ---------------------------------------------------------------------------------------------- Eval sets
+BAD_CSV = "id,category,prompt\n1,code,write a loop\n2,code,\n3,code,a,b,c\n"
+GOOD_JSONL = "\n".join(json.dumps({"id": f"q{i}", "category": "code" if i % 2 else "prose",
+                                   "prompt": f"Write something about topic {i}."}) for i in range(5)) + "\n"
+
+
+def test_malformed_upload_shows_row_errors_and_stores_nothing(app, tmp_path):
+    store = app["store"]
+    before = store.counts()
+    bad = tmp_path / "broken.csv"
+    bad.write_text(BAD_CSV, encoding="utf-8")
+    msg, preview, _ = client(app).predict(handle_file(str(bad)), api_name="/upload_evalset")
+    assert "Not stored" in msg and "broken.csv" in msg
+    assert "row 2 (line 3): empty prompt" in msg
+    assert "row 3 (line 4): has 5 fields but the header has 3" in msg
+    assert not preview["data"] or preview["data"] == [[]] or len(preview["data"]) == 0
+    after = store.counts()
+    assert after["eval_sets"] == before["eval_sets"] and after["eval_items"] == before["eval_items"]
+
+    bad_json = tmp_path / "broken.jsonl"
+    bad_json.write_text('{"prompt": "ok"}\n{"prompt": \n{"id": 3}\n', encoding="utf-8")
+    msg, _, _ = client(app).predict(handle_file(str(bad_json)), api_name="/upload_evalset")
+    assert "line 2: invalid JSON" in msg and "line 3: missing key `prompt`" in msg
+    assert store.counts()["eval_sets"] == before["eval_sets"]
+
+
+def test_upload_preview_bench_run_and_resume(app, tmp_path):
+    store = app["store"]
+    good = tmp_path / "mine.jsonl"
+    good.write_text(GOOD_JSONL, encoding="utf-8")
+    c = client(app)
+    msg, preview, source = c.predict(handle_file(str(good)), api_name="/upload_evalset")
+    assert "Stored eval set" in msg and "5 items" in msg
+    assert preview["headers"][:3] == ["id", "category", "prompt"]
+    assert [r[0] for r in preview["data"]] == ["q0", "q1", "q2", "q3", "q4"]
+    set_id = store.list_eval_sets()[0]["id"]
+    assert store.get_eval_set(set_id)["n_items"] == 5
+    src = f"set:{set_id}"
+
+    msg, results, _ = c.predict(src, ["ar", "pld"], 8, 1, 3, api_name="/run_bench")
+    assert "finished" in msg
+    run = [r for r in store.list_runs(kind="eval")][0]
+    assert run["status"] == "finished" and run["eval_set_id"] == set_id
+    rows = store.get_results(run["id"])
+    assert len(rows) == 3 * 2 and {r["strategy"] for r in rows} == {"ar", "pld"}
+    assert all(r["n_tokens"] > 0 and r["tokens_per_s"] for r in rows)
+    assert {r[1] for r in results["data"]} >= {"code", "prose", "all"}
+
+    # an interrupted run (a closed page, a restart) is offered for resume and completed without duplicates
+    from dataclasses import asdict
+
+    from paradec.bench import BenchSettings, items_from_store, run_bench
+    settings = BenchSettings(strategies=["ar", "pld"], max_new_tokens=8, warmup=False)
+    rid = store.create_run("eval", name="half done", settings={"bench": asdict(settings), "source": src, "limit": 4},
+                           eval_set_id=set_id)
+    items = items_from_store(store, set_id)[:4]
+    n = {"k": 0}
+    run_bench(app["engine"], store, rid, items, settings, should_stop=lambda: n.__setitem__("k", n["k"] + 1) or
+              n["k"] > 3)
+    partial = len(store.get_results(rid))
+    assert 0 < partial < 8
+    store.finish_run(rid, "interrupted")
+    src_up, unfinished = c.predict(api_name="/refresh_evalsets")
+    assert rid in [v for _, v in unfinished["choices"]]
+    msg, _, _ = c.predict(rid, api_name="/resume_bench")
+    assert f"run #{rid}: finished" in msg and f"{partial} were already stored" in msg
+    rows = store.get_results(rid)
+    assert len(rows) == 8
+    assert len({(r["item_key"], r["strategy"], r["repeat"], r["turn"]) for r in rows}) == 8
+    assert store.get_run(rid)["status"] == "finished"
+
+
+def test_builtin_suite_is_offered(app):
+    _, unfinished = client(app).predict(api_name="/refresh_evalsets")
+    from paradec.evalsets import builtin_suites
+    assert builtin_suites(), "no built-in suites in evals/suites"
+
+
+# ---------------------------------------------------------------------------------------------- Dashboard
+def test_dashboard_returns_plots_and_csv(app):
+    store = app["store"]
+    c = client(app)
+    if not store.list_runs(kind="race"):
+        c.predict(*race_args("dashboard data", ["ar", "pld"], 12), api_name="/race")
+    warning, info, speed, latency, quality, tau, summary, export = c.predict([], "all", [], [], "",
+                                                                             api_name="/dashboard")
+    for p in (speed, latency, quality, tau):
+        assert isinstance(p, dict) and p.get("type") == "plotly"
+        fig = json.loads(p["plot"])
+        assert fig["data"], "the plot has no traces"
+    assert "result rows" in info
+    lat = json.loads(latency["plot"])
+    assert any("p50=" in str(t.get("name", "")) and "p99=" in str(t.get("name", "")) for t in lat["data"])
+    csv = pd.read_csv(export)
+    assert len(csv) == int(info.split()[0]) and {"strategy", "tokens_per_s", "run_id"} <= set(csv.columns)
+    assert summary["data"]
+    # filters: one strategy keeps ar as its reference; a bad date is a clear error
+    *_, export2 = c.predict([], "all", ["pld"], [], "", api_name="/dashboard")
+    assert set(pd.read_csv(export2)["strategy"]) == {"ar", "pld"}
+    with pytest.raises(Exception, match="not YYYY-MM-DD"):
+        c.predict([], "all", [], [], "yesterday", api_name="/dashboard")
+
+
+# ---------------------------------------------------------------------------------------------- charts
+def _frame():
+    rows = []
+    for run, model in ((1, "m-a"), (2, "m-b")):
+        for item in range(4):
+            for s, tps, tau in (("ar", 100.0, 1.0), ("pld", 180.0, 2.0), ("sot", 250.0, 1.5)):
+                rows.append({"run_id": run, "item_key": str(item), "repeat": 0, "turn": 0, "strategy": s,
+                             "category": "code" if item < 2 else "prose", "tokens_per_s": tps * (1 + item / 10),
+                             "tokens_per_pass": tau, "ttft_s": 0.01 * (item + 1), "tpot_s": 0.002,
+                             "itl": [0.002, 0.003], "error": None, "model": model, "device": "cpu",
+                             "dtype": "float32", "run_created_at": pd.Timestamp("2026-01-0%d" % (run + 1)),
+                             "quality": {"rouge_l_vs_ar": 1.0 if s == "pld" else 0.4} if s != "ar" else {},
+                             "q_rouge_l_vs_ar": (1.0 if s == "pld" else 0.4) if s != "ar" else None})
+    return pd.DataFrame(rows)
+
+
+def test_chart_functions_on_a_frame():
+    from paradec.ui import charts
+    df = _frame()
+    t = charts.speedup_table(df)
+    pld_code = t[(t.strategy == "pld") & (t.category == "code") & (t.run_id == 1)]["speedup"].iloc[0]
+    assert pld_code == pytest.approx(1.8)
+    fig = charts.speedup_bar(df)
+    assert {tr.name for tr in fig.data} == {"code", "prose", "all"}
+    lat = charts.latency_box(df)
+    assert len(lat.data) == 9 and all("p90=" in tr.name for tr in lat.data)
+    sc = charts.quality_scatter(df)
+    pts = {tr.name.split()[0]: tr for tr in sc.data}
+    assert set(pts) == {"pld", "sot"} and all(y == 1.0 for y in pts["pld"].y)
+    assert charts.tokens_per_pass_hist(df).data
+    w = charts.env_warning(df)
+    assert w and "model (m-a, m-b)" in w
+    assert charts.env_warning(df[df.run_id == 1]) is None
+    f = charts.filter_results(df, strategies=["pld"], since="2026-01-03")
+    assert set(f.strategy) == {"ar", "pld"} and set(f.run_id) == {2}
+    assert charts.speedup_bar(df.iloc[0:0]).layout.annotations      # empty data: a message, not a crash
+    with pytest.raises(ValueError):
+        charts.parse_since("31/01/2026")
+
+
+# ---------------------------------------------------------------------------------------------- app.py
+def test_app_py_binds_localhost_with_basic_auth(tmp_path):
+    sys.path.insert(0, str(ROOT))
+    from app import parse_auth
+    assert parse_auth("ann:s3cret") == ("ann", "s3cret") and parse_auth("") is None
+    port = free_port()
+    env = dict(os.environ, PARADEC_AUTH="ann:s3cret", GRADIO_ANALYTICS_ENABLED="False", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--random-tiny", "--port", str(port),
+                             "--db", str(tmp_path / "sub.db")], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        import httpx
+        t0 = time.time()
+        while True:
+            assert proc.poll() is None, proc.stdout.read()
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/config", timeout=2)
+                break
+            except httpx.HTTPError:
+                assert time.time() - t0 < 120, "app.py did not start"
+                time.sleep(0.5)
+        assert r.status_code == 401            # a login is required
+        conns = subprocess.run(["ss", "-ltn"], capture_output=True, text=True).stdout if \
+            subprocess.run(["which", "ss"], capture_output=True).returncode == 0 else ""
+        if conns:
+            listening = [ln for ln in conns.splitlines() if f":{port} " in ln]
+            assert listening and all("127.0.0.1:" in ln for ln in listening), listening
+        with pytest.raises(Exception):
+            Client(f"http://127.0.0.1:{port}/", verbose=False, analytics_enabled=False)
+        c = Client(f"http://127.0.0.1:{port}/", auth=("ann", "s3cret"), verbose=False, analytics_enabled=False)
+        out = c.predict(*race_args("hello", ["ar", "pld", "lookahead"], 6), api_name="/race")
+        assert out[FIGS]["finished"] and out[FIGS]["lanes"]["ar"]["tokens"] == 6
+    finally:
+        proc.terminate()
+        proc.wait(20)

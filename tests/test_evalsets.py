@@ -1,0 +1,264 @@
+"""Eval-set uploads: every malformed kind is refused with the row and the problem, and nothing is stored."""
+import importlib
+import inspect
+import json
+import sysconfig
+import warnings
+
+import pytest
+
+from paradec import evalsets
+from paradec.evalsets import EvalSetError, builtin_suites, load_eval_set, load_suite
+from paradec.store import Store
+from paradec.training import corpus
+
+EMPTY = {"runs": 0, "eval_sets": 0, "eval_items": 0, "results": 0, "step_events": 0}
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path / "e.db")
+    yield s
+    s.close()
+
+
+@pytest.fixture(autouse=True)
+def _store_starts_empty(store):
+    assert store.counts() == EMPTY
+
+
+def upload(store, data, filename, **kw):
+    """What the app does with an upload: parse, then save."""
+    parsed = load_eval_set(data, filename, **kw)
+    return store.save_eval_set(parsed)
+
+
+def refused(store, data, filename, *expected, **kw) -> EvalSetError:
+    before = store.counts()
+    with pytest.raises(EvalSetError) as e:
+        upload(store, data, filename, **kw)
+    msg = str(e.value)
+    assert msg.startswith(filename.rsplit("/", 1)[-1] + ":"), msg
+    for part in expected:
+        assert part in msg, f"{part!r} not in {msg!r}"
+    assert store.counts() == before
+    return e.value
+
+
+def test_bad_encoding(store):
+    data = "prompt\nhello\n".encode() + b"caf\xe9 latin-1\n"
+    refused(store, data, "set.csv", "line 3", "not valid UTF-8")
+
+
+def test_invalid_json_line(store):
+    data = b'{"prompt": "ok"}\n{"prompt": "broken",}\n{"prompt": "fine"}\n'
+    err = refused(store, data, "set.jsonl", "line 2", "invalid JSON")
+    assert len(err.errors) == 1
+
+
+def test_missing_prompt_column(store):
+    refused(store, b"id,question\n1,What?\n", "set.csv", "line 1", "missing column `prompt`", "'question'")
+
+
+def test_missing_prompt_key(store):
+    data = b'{"prompt": "a"}\n{"question": "b"}\n'
+    refused(store, data, "set.jsonl", "line 2", "missing key `prompt`")
+
+
+def test_empty_prompt_csv_row(store):
+    data = b'id,prompt\na,"first"\nb,"  "\n'
+    refused(store, data, "set.csv", "row 2 (line 3)", "empty prompt")
+
+
+def test_empty_prompt_jsonl(store):
+    refused(store, b'{"prompt": "x"}\n\n{"prompt": ""}\n', "set.jsonl", "line 3", "empty prompt")
+
+
+def test_non_text_prompt(store):
+    refused(store, b'{"prompt": ["a"]}\n', "set.jsonl", "line 1", "`prompt` must be text")
+
+
+def test_duplicate_id(store):
+    data = b'{"id": "a", "prompt": "x"}\n{"id": "b", "prompt": "y"}\n{"id": "a", "prompt": "z"}\n'
+    refused(store, data, "set.jsonl", "line 3", "duplicate id 'a'", "line 1")
+
+
+def test_prompt_longer_than_context(store, tiny_engine):
+    tok = tiny_engine.tokenizer
+
+    def count(text):
+        return len(tok(text)["input_ids"])
+    long = " ".join(["word"] * 2000)
+    data = (json.dumps({"prompt": "short"}) + "\n" + json.dumps({"prompt": long}) + "\n").encode()
+    refused(store, data, "set.jsonl", "line 2", "tokens", "context", f"({tiny_engine.context_length} tokens)",
+            max_prompt_tokens=tiny_engine.context_length, count_tokens=count)
+    # the same file loads when no limit is given
+    assert len(load_eval_set(data, "set.jsonl").items) == 2
+
+
+def test_oversize_file(store):
+    data = b"prompt\n" + b"x" * 500 + b"\n"
+    refused(store, data, "big.csv", "over the limit of 100 bytes", max_bytes=100)
+
+
+def test_oversize_file_on_disk(store, tmp_path):
+    p = tmp_path / "big.jsonl"
+    p.write_bytes(b'{"prompt": "x"}\n' * 100)
+    refused(store, p, "big.jsonl", "over the limit", max_bytes=200)
+
+
+def test_empty_file(store):
+    refused(store, b"", "empty.jsonl", "empty")
+    refused(store, b"  \n\n", "empty.csv", "empty")
+
+
+def test_header_only_csv(store):
+    refused(store, b"id,prompt\n", "h.csv", "line 2", "no rows")
+
+
+def test_unknown_extension(store):
+    refused(store, b"prompt\nhello\n", "set.txt", "unknown file type", "'.txt'")
+
+
+def test_wrong_field_count(store):
+    refused(store, b"id,prompt\na,hello, world\n", "set.csv", "row 1 (line 2)", "3 fields", "header has 2")
+
+
+def test_bad_reference_and_chat(store):
+    refused(store, b'{"prompt": "x", "reference": 5}\n', "r.jsonl", "line 1", "`reference` must be text")
+    refused(store, b'{"prompt": "x", "chat": "maybe"}\n', "c.jsonl", "line 1", "`chat` must be true or false")
+
+
+def test_every_error_is_collected_and_capped(store):
+    lines = [json.dumps({"prompt": "ok"})] + ["{bad"] * 80
+    err = refused(store, "\n".join(lines).encode(), "many.jsonl", "line 2", "invalid JSON", "more")
+    assert len(err.errors) == evalsets.MAX_ERRORS
+    assert err.errors[0].startswith("line 2:") and err.errors[1].startswith("line 3:")
+    mixed = b'{"prompt": ""}\n{"prompt": "fine"}\n{"x": 1}\n'
+    err = refused(store, mixed, "mixed.jsonl", "2 problems")
+    assert [e.split(":")[0] for e in err.errors] == ["line 1", "line 3"]
+
+
+def test_csv_details(store):
+    """Quoted commas and newlines, a BOM, defaults for missing id and category, the chat column."""
+    data = ('\ufeffPrompt,Category,chat\n"Hello, world",greet,\n"def f(x):\n    return x\n",code,false\n'
+            ',,\n"third",,yes\n').encode()
+    s = load_eval_set(data, "ok.csv")
+    assert s.format == "csv" and s.name == "ok"
+    assert [i.item_id for i in s.items] == ["1", "2", "3"]
+    assert [i.category for i in s.items] == ["greet", "code", "general"]
+    assert s.items[0].prompt == "Hello, world" and s.items[1].prompt == "def f(x):\n    return x\n"
+    assert [i.chat for i in s.items] == [True, False, True]
+    sid = store.save_eval_set(s)
+    assert [r["chat"] for r in store.get_eval_set_items(sid)] == [True, False, True]
+    semi = load_eval_set(b"id;prompt\nx;hello\n", "semi.csv")
+    assert semi.items[0].item_id == "x" and semi.items[0].prompt == "hello"
+
+
+def test_jsonl_defaults_and_meta():
+    s = load_eval_set(b'{"prompt": "a", "max_new_tokens": 64}\n{"prompt": "b", "id": 7, "reference": "r"}\n',
+                      "x.jsonl")
+    assert s.format == "jsonl"
+    assert [i.item_id for i in s.items] == ["1", "7"] and s.items[0].category == "general"
+    assert s.items[0].meta == {"max_new_tokens": 64} and s.items[1].reference == "r"
+    arr = load_eval_set(b'[{"prompt": "a"}, {"prompt": "b"}]', "x.json")
+    assert [i.prompt for i in arr.items] == ["a", "b"]
+
+
+def test_specbench_questions(store, tmp_path):
+    p = tmp_path / "question.jsonl"
+    rows = [{"question_id": 81, "category": "writing",
+             "turns": ["Compose a short travel note about Hawaii.", "Rewrite it starting every sentence with A."]},
+            {"question_id": 101, "category": "reasoning", "turns": ["Which is larger, 9.11 or 9.9?", "Why?"],
+             "reference": ["9.9 is larger.", "Compare the tenths digit first."]},
+            {"question_id": 102, "category": "math", "turns": ["What is 2+2?"], "reference": ["4"]}]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    s = load_eval_set(p)
+    assert s.format == "specbench" and s.name == "question"
+    assert [i.item_id for i in s.items] == ["81", "101", "102"]
+    assert s.items[0].turns[1] == "Rewrite it starting every sentence with A." and s.items[0].references is None
+    assert s.items[1].reference_for(1) == "Compare the tenths digit first." and s.items[2].reference == "4"
+    sid = store.save_eval_set(s)
+    assert store.get_eval_set(sid)["format"] == "specbench"
+    items = store.get_eval_set_items(sid)
+    assert items[0]["prompt"] == rows[0]["turns"][0] and items[0]["turns"] == rows[0]["turns"]
+    assert items[1]["references"] == rows[1]["reference"]
+    refused(store, b'{"question_id": 1, "turns": []}\n', "q.jsonl", "line 1", "`turns` must be a non-empty list")
+    refused(store, b'{"question_id": 1, "turns": ["a", " "]}\n', "q.jsonl", "line 1", "turn 2 is an empty prompt")
+
+
+def test_samples_load():
+    for name, fmt in (("sample.csv", "csv"), ("sample.jsonl", "jsonl"), ("question.jsonl", "specbench")):
+        s = load_eval_set(evalsets.SAMPLES_DIR / name)
+        assert s.format == fmt and 3 <= len(s.items) <= 5
+
+
+STDLIB = sysconfig.get_paths()["stdlib"]
+EXPECTED = {"code": "code", "docstrings": "docstring", "outlines": "outline", "rewrite": "rewrite",
+            "longcontext": "longcontext"}
+
+
+def test_builtin_suites_load():
+    suites = builtin_suites()
+    assert set(EXPECTED) <= set(suites)
+    for name, cat in EXPECTED.items():
+        s = load_suite(name)
+        assert len(s.items) >= 30, name
+        assert {i.category for i in s.items} == {cat}
+        assert len({i.item_id for i in s.items}) == len(s.items)
+    assert all(not i.chat for i in load_suite("code").items)
+    with pytest.raises(EvalSetError, match="unknown suite"):
+        load_suite("nope")
+
+
+def test_docstring_suite_matches_the_real_docstrings():
+    """References are the first paragraph of the live docstring; held-out modules come first."""
+    s = load_suite("docstrings")
+    checked = 0
+    for it in s.items:
+        qual = it.prompt.split("`")[1]
+        parts = qual.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    obj = importlib.import_module(".".join(parts[:cut]))
+            except Exception:  # noqa: BLE001 - platform-specific modules (windows, tkinter) may not import
+                continue
+            if not str(getattr(obj, "__file__", "")).startswith(STDLIB):
+                break                    # e.g. setuptools' distutils shim replaces the stdlib package
+            try:
+                for attr in parts[cut:]:
+                    obj = getattr(obj, attr)
+            except AttributeError:
+                break
+            assert corpus.first_paragraph(inspect.cleandoc(obj.__doc__)) == it.reference, qual
+            checked += 1
+            break
+        assert qual.startswith(it.meta["module"] + ".")
+        assert it.meta["held_out"] == corpus.is_held_out(it.meta["module"])
+    assert checked >= 25
+    held = [i.meta["held_out"] for i in s.items]
+    assert sum(held) >= 20 and held == sorted(held, reverse=True)
+
+
+def test_outline_and_longcontext_suites():
+    outl = load_suite("outlines")
+    held = [i for i in outl.items if i.meta["held_out"]]
+    assert len(held) >= 12
+    for it in held:
+        module = it.prompt.split("`")[1]
+        assert corpus.is_held_out(module)
+        assert it.reference.startswith("1. ") and f"{it.meta['n_points']}. " in it.reference
+    lc = load_suite("longcontext")
+    keys = [i for i in lc.items if i.meta["task"] == "passkey"]
+    assert len(keys) == 24 and {i.meta["approx_tokens"] for i in keys} == {1024, 2048, 4096, 8192}
+    for it in keys:
+        assert it.reference.isdigit() and len(it.reference) == 5 and it.reference in it.prompt
+        pos = it.prompt.index(it.reference) / len(it.prompt)
+        assert abs(pos - it.meta["depth_percent"] / 100) < 0.08
+        assert len(it.prompt) / 3.0 == pytest.approx(it.meta["approx_tokens"], rel=0.1)
+    sect = [i for i in lc.items if i.meta["task"].startswith("section")]
+    for it in sect:
+        n = it.meta["section"]
+        assert f"Section {n}: `{it.prompt.rsplit('`', 2)[1]}`" in it.prompt

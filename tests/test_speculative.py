@@ -1,0 +1,385 @@
+"""The lossless speculative family: shared verification, `sps`, `pld`, `lookahead`.
+
+Everything runs on random tiny Llamas with the project tokenizer. Greedy outputs must equal `ar` token for
+token; `pld` and `lookahead` must also equal `ar` under sampling with the same seed (coupled verification);
+`sps` sampling is checked statistically against the target's exact probabilities.
+"""
+import copy
+
+import pytest
+import torch
+
+from paradec import verification
+from paradec.engine import ModelError
+from paradec.sampling import SamplingParams, UStream, process
+from paradec.strategies import Request, RequestError, get
+from paradec.strategies import speculative
+from paradec.strategies.lookahead import NgramPool, layout
+from paradec.strategies.prompt_lookup import lookup
+from paradec.testing import random_engine
+
+PROMPTS = [
+    "def add(a, b):\n    return a + b\n\ndef add(a, b):\n",
+    "Explain what a Python list comprehension is.",
+    "The quick brown fox jumps over the lazy dog. The quick brown fox",
+    "1, 2, 3, 4, 5, 6, 7, 8,",
+    "import os\nimport sys\nimport re\n",
+]
+
+
+@pytest.fixture(scope="module")
+def target():
+    torch.set_num_threads(1)
+    return random_engine(0)
+
+
+@pytest.fixture(scope="module")
+def other_draft():
+    return random_engine(7)          # a different random model: it almost never agrees with the target
+
+
+@pytest.fixture(scope="module")
+def looping():
+    """A random model with small weights: a few varied tokens, then it repeats itself (copyable context)."""
+    return random_engine(0, init=0.1)
+
+
+def run(engine, name, prompt, **kw):
+    params = kw.pop("params", {})
+    req = Request(prompt=prompt, params=params, **{"max_new_tokens": 40, "ignore_eos": True, **kw})
+    steps = list(get(name).stream(engine, req))
+    return [t for s in steps for t in s.token_ids], steps
+
+
+def with_draft(engine, draft):
+    engine.extras.pop("draft_checks", None)
+    engine.extras["draft"] = draft
+    return engine
+
+
+# ---------------------------------------------------------------- shared verification
+
+def test_greedy_and_coupled_rules():
+    V = 6
+    logits = torch.full((4, V), -5.0)
+    for row, tok in enumerate([2, 3, 1, 4]):       # target argmax per row
+        logits[row, tok] = 5.0
+    v = verification.greedy([2, 3, 5], logits)
+    assert v.tokens == [2, 3, 1] and v.accepted == 2          # mismatch at d_3: the target's own token
+    v = verification.greedy([2, 3, 1], logits)
+    assert v.tokens == [2, 3, 1, 4] and v.accepted == 3       # all accepted: bonus token
+    v = verification.greedy([0, 3, 1], logits)
+    assert v.tokens == [2] and v.accepted == 0
+    greedy = SamplingParams()
+    assert verification.coupled([2, 3, 5], logits, greedy, None, 0).tokens == [2, 3, 1]
+    # coupled under sampling: accept exactly the tokens Pick(u_i, p_i) would give
+    sp = SamplingParams(1.0)
+    us = UStream(11)
+    rnd = torch.randn(4, V, generator=torch.Generator().manual_seed(0))
+    want = verification.target_tokens(rnd, sp, us, 5)
+    assert want == [int(torch.searchsorted(process(rnd[i], sp).double().cumsum(0), us[5 + i], right=True))
+                    for i in range(4)]
+    v = verification.coupled(want[:3], rnd, sp, us, 5)
+    assert v.tokens == want and v.accepted == 3
+    wrong = (want[1] + 1) % V
+    v = verification.coupled([want[0], wrong, want[2]], rnd, sp, us, 5)
+    assert v.tokens == want[:2] and v.accepted == 1
+    with pytest.raises(ValueError):
+        verification.greedy([1, 2], logits)                   # needs k+1 rows
+
+
+def test_rejection_sampling_matches_target_distribution():
+    """Rejection sampling from a draft q must give tokens distributed as the target p - for the first output
+    token and for the second given the first draft token was accepted; a draft-biased rule would fail."""
+    V, n = 6, 12000
+    g = torch.Generator().manual_seed(3)
+    target_logits = torch.randn(3, V, generator=g) * 1.5
+    draft_logits = torch.randn(2, V, generator=g) * 1.5
+    sp = SamplingParams(1.0)
+    p, q = process(target_logits, sp), process(draft_logits, sp)
+    assert 0.5 * (p[0] - q[0]).abs().sum() > 0.3               # the draft is far from the target: power
+    rng = verification.Rng(0)
+    first, second = torch.zeros(V), torch.zeros(V)
+    accepted = first_accepted = 0
+    for _ in range(n):
+        d = [rng.sample(q[0]), rng.sample(q[1])]
+        v = verification.rejection(d, q, target_logits, sp, rng)
+        assert len(v.tokens) == v.accepted + 1 and v.tokens[:v.accepted] == d[:v.accepted]
+        first[v.tokens[0]] += 1
+        if v.accepted >= 1:
+            second[v.tokens[1]] += 1
+        accepted += v.accepted
+        first_accepted += v.accepted >= 1
+    tv1 = 0.5 * (first / n - p[0]).abs().sum()
+    tv2 = 0.5 * (second / second.sum() - p[1]).abs().sum()
+    assert tv1 < 0.03, (first / n, p[0])
+    assert tv2 < 0.04, (second / second.sum(), p[1])
+    # d_1 is accepted with probability sum_x min(p(x), q(x))
+    rate = float(torch.minimum(p[0], q[0]).sum())
+    assert abs(first_accepted / n - rate) < 0.02, (first_accepted / n, rate)
+    assert accepted > first_accepted
+
+
+def test_rejection_degenerates_to_greedy_and_full_acceptance():
+    V = 5
+    logits = torch.randn(3, V, generator=torch.Generator().manual_seed(1))
+    sp = SamplingParams(0.7, top_k=3)
+    p = process(logits, sp)
+    rng = verification.Rng(5)
+    for _ in range(50):      # draft == target: every proposal is accepted, a bonus token follows
+        d = [rng.sample(p[0]), rng.sample(p[1])]
+        assert verification.rejection(d, p[:2], logits, sp, rng).accepted == 2
+    v = verification.rejection([int(logits[0].argmax()), 0], torch.zeros(2, V), logits, SamplingParams(), rng)
+    assert v.tokens == verification.greedy([int(logits[0].argmax()), 0], logits).tokens
+
+
+# ---------------------------------------------------------------- pld lookup and lookahead layout
+
+def test_lookup_proposals():
+    seq = [1, 2, 3, 9, 1, 2, 3, 7, 8, 5, 1, 2, 3]
+    assert lookup(seq, 3, 4) == [7, 8, 5, 1]                 # most recent earlier match of [1, 2, 3]
+    assert lookup([4, 5, 6, 7, 4], 3, 2) == [5, 6]           # falls back to a 1-gram
+    assert lookup([1, 2, 3], 3, 5) == []                     # nothing repeats
+    assert lookup([7, 8, 7, 8], 2, 5) == [7, 8, 7, 8, 7]     # a short cycle continues past the end
+
+
+def test_lookahead_layout_equals_causal_chains(target):
+    """Every token of one lookahead pass (window and candidates) must see exactly its own chain: its logits
+    equal those of an ordinary causal forward over context + chain."""
+    ctx = target.tokenizer("hello world, this is a test of lookahead")["input_ids"]
+    cache = target.new_cache()
+    target.forward(ctx[:-2], cache)
+    levels = [[11, 12, 13, 14], [21, 22, 23, 24], [31, 32, 33, 34]]
+    cands = [[41, 42, 43], [51], [61, 62]]
+    toks, pos, allowed, look_at, cand_at = layout(ctx[-2:], len(ctx) - 2, levels, cands)
+    got = target.forward(toks, cache, pos, target.tree_mask(len(ctx) - 2, allowed))[0]
+
+    def causal(chain):
+        return target.forward(ctx + chain)[0, -1]
+
+    torch.testing.assert_close(got[1], causal([]), atol=1e-4, rtol=1e-4)
+    for l in range(3):
+        for j in range(4):
+            chain = levels[0][:j + 1] + [levels[m][j] for m in range(1, l + 1)]
+            torch.testing.assert_close(got[look_at + 4 * l + j], causal(chain), atol=1e-4, rtol=1e-4)
+    for c, at in zip(cands, cand_at):
+        for i in range(len(c)):
+            torch.testing.assert_close(got[at + i], causal(c[:i + 1]), atol=1e-4, rtol=1e-4)
+
+
+def test_ngram_pool_keeps_recent_distinct():
+    pool = NgramPool(cap=2)
+    for g in ([1, 2, 3], [1, 4, 5], [1, 2, 3], [1, 6, 7]):
+        pool.add(g)
+    assert pool.get(1, 5) == [(6, 7), (2, 3)]
+    assert pool.get(9, 5) == []
+
+
+# ---------------------------------------------------------------- greedy == ar
+
+@pytest.mark.parametrize("name", ["pld", "lookahead", "sps-other", "sps-self"])
+def test_greedy_equals_ar(target, other_draft, name):
+    strategy = name.split("-")[0]
+    if name == "sps-other":
+        with_draft(target, other_draft)
+    elif name == "sps-self":
+        with_draft(target, target)
+    totals = {"passes": 0, "tokens": 0, "accepted": 0, "drafted": 0}
+    for i, prompt in enumerate(PROMPTS):
+        ref, _ = run(target, "ar", prompt, ignore_eos=bool(i % 2))
+        got, steps = run(target, strategy, prompt, ignore_eos=bool(i % 2))
+        assert got == ref, (name, prompt)
+        assert all(s.forward_passes == 1 for s in steps) and steps[0].prefill
+        assert not any(s.prefill for s in steps[1:])
+        assert steps[-1].finished and sum(s.finished for s in steps) == 1
+        assert all(0 <= s.accepted <= s.drafted and len(s.token_ids) <= s.accepted + 1 for s in steps)
+        totals["passes"] += len(steps)
+        totals["tokens"] += len(got)
+        totals["accepted"] += sum(s.accepted for s in steps)
+        totals["drafted"] += sum(s.drafted for s in steps)
+    if strategy == "sps":
+        assert totals["drafted"] > 0
+    if name == "sps-self":          # the target drafting for itself: every proposal accepted
+        assert totals["accepted"] == totals["drafted"] and totals["tokens"] / totals["passes"] > 4
+
+
+def test_sps_counts_draft_passes_and_adapts_k(target, other_draft):
+    with_draft(target, other_draft)
+    _, steps = run(target, "sps", PROMPTS[1])
+    assert [s.info["k"] for s in steps[:3]] == [4, 3, 2]          # rejected: k shrinks by one
+    assert all(s.draft_passes == s.drafted == s.info["k"] for s in steps)
+    with_draft(target, target)
+    _, steps = run(target, "sps", PROMPTS[1], max_new_tokens=60)
+    assert [s.info["k"] for s in steps[:3]] == [4, 6, 8]          # all accepted: k grows by two
+    _, steps = run(target, "sps", PROMPTS[1], params={"k": 3, "adaptive": False})
+    assert {s.info["k"] for s in steps[:-3]} == {3} and sum(map(len, (s.token_ids for s in steps))) == 40
+
+
+def test_repetitive_output_is_accelerated(looping):
+    """When the output repeats, copied drafts are accepted: > 1 token per target pass, still == ar."""
+    prompt = "a b c a b c a b c a b c"
+    ref, _ = run(looping, "ar", prompt, max_new_tokens=60)
+    for name, params in [("pld", {}), ("lookahead", {}), ("lookahead", {"context_pool": False})]:
+        got, steps = run(looping, name, prompt, max_new_tokens=60, params=params)
+        assert got == ref
+        accepted = sum(s.accepted for s in steps)
+        assert accepted > 0, (name, params)
+        if params.get("context_pool", True):      # n-grams from the context; Jacobi-only harvest is slower
+            assert len(got) / len(steps) > 1.5, (name, params, len(got) / len(steps))
+        assert len(got) == len(steps) + accepted
+
+
+# ---------------------------------------------------------------- sampling
+
+@pytest.mark.parametrize("name", ["pld", "lookahead"])
+def test_coupled_sampling_equals_ar_with_same_seed(target, looping, name):
+    cases = [(target, PROMPTS[0], dict(temperature=0.8, seed=1)),
+             (target, PROMPTS[2], dict(temperature=1.0, top_k=20, seed=2)),
+             (target, PROMPTS[3], dict(temperature=0.7, top_p=0.9, seed=3)),
+             (looping, "a b c a b c a b c", dict(temperature=0.3, seed=4)),
+             (looping, "x y x y x y", dict(temperature=0.5, top_k=5, seed=5))]
+    accepted = 0
+    for engine, prompt, kw in cases:
+        ref, _ = run(engine, "ar", prompt, **kw)
+        got, steps = run(engine, name, prompt, **kw)
+        assert got == ref, (name, prompt, kw)
+        accepted += sum(s.accepted for s in steps)
+    assert accepted > 0            # drafts were really accepted under sampling, not only plain steps
+    other, _ = run(target, "ar", PROMPTS[0], temperature=0.8, seed=99)
+    assert other != run(target, name, PROMPTS[0], temperature=0.8, seed=1)[0]   # the seed matters
+
+
+def _sharpened(engine, factor):
+    """The same model with its final norm scaled: same ranking, much sharper distribution (a biased draft)."""
+    d = copy.deepcopy(engine)
+    d.extras = {}
+    with torch.no_grad():
+        d.model.model.norm.weight.mul_(factor)
+    return d
+
+
+def test_sps_rejection_sampling_is_lossless_in_distribution(target):
+    """Over 300 seeds the first two sps tokens follow the target's exact distribution (T 1.0, top-k 5), while
+    the draft's own distribution is far from it - accepting drafts blindly or resampling from p instead of
+    max(p - q, 0) would fail the bounds."""
+    draft = _sharpened(target, 6.0)
+    with_draft(target, draft)
+    sp = SamplingParams(1.0, top_k=5)
+    prompt = "The quick brown fox"
+    ids = target.encode(Request(prompt=prompt))
+    p1 = process(target.forward(ids)[0, -1], sp)
+    q1 = process(draft.forward(ids)[0, -1], sp)
+    support = p1.nonzero().flatten().tolist()
+    assert len(support) == 5 and 0.5 * float((p1 - q1).abs().sum()) > 0.4
+    joint = {}
+    for a in support:
+        p2 = process(target.forward(ids + [a])[0, -1], sp)
+        for b in p2.nonzero().flatten().tolist():
+            joint[(a, b)] = float(p1[a] * p2[b])
+    n = 300
+    counts1, counts2 = torch.zeros(target.vocab_size), {}
+    accepted = drafted = 0
+    for seed in range(n):
+        toks, steps = run(target, "sps", prompt, max_new_tokens=3, temperature=1.0, top_k=5, seed=seed)
+        counts1[toks[0]] += 1
+        counts2[tuple(toks[:2])] = counts2.get(tuple(toks[:2]), 0) + 1
+        accepted += sum(s.accepted for s in steps)
+        drafted += sum(s.drafted for s in steps)
+    assert 0.2 < accepted / drafted < 0.9          # both acceptances and rejections happened
+    assert set(counts1.nonzero().flatten().tolist()) <= set(support)
+    expected = p1[support] * n
+    chi2 = float(((counts1[support] - expected) ** 2 / expected).sum())
+    assert chi2 < 18.47, (chi2, counts1[support], expected)          # chi-square df 4, p = 0.001
+    assert set(counts2) <= set(joint)
+    tv = 0.5 * sum(abs(counts2.get(c, 0) / n - pr) for c, pr in joint.items())
+    assert tv < 0.2, tv
+    # the draft alone would be rejected by the same chi-square bound
+    q_chi2 = float(((q1[support] * n - expected) ** 2 / expected).sum())
+    assert q_chi2 > 100
+
+
+# ---------------------------------------------------------------- stopping, params, draft loading
+
+def test_stops_at_budget(target, other_draft, looping):
+    with_draft(target, other_draft)
+    for name in ["pld", "lookahead", "sps"]:
+        for engine in (target, looping):
+            ref, _ = run(engine, "ar", PROMPTS[2], max_new_tokens=7)
+            got, steps = run(engine, name, PROMPTS[2], max_new_tokens=7)
+            assert got == ref and steps[-1].finish_reason == "length"
+    one, steps = run(looping, "pld", PROMPTS[2], max_new_tokens=1)
+    assert len(one) == 1 and len(steps) == 1 and steps[0].drafted == 0
+
+
+def test_eos_inside_an_accepted_draft_ends_the_output(target):
+    """The target drafting for itself accepts whole drafts; an EOS in the middle of one must cut it there."""
+    ref, _ = run(target, "ar", PROMPTS[1])
+    cut = next(i for i in range(8, 30) if ref[i] not in ref[:i])
+    eng = copy.copy(target)
+    eng.eos_ids = {ref[cut]}
+    eng.extras = {"draft": target}
+    for name in ["ar", "sps"]:
+        got, steps = run(eng, name, PROMPTS[1], ignore_eos=False)
+        assert got == ref[:cut] and steps[-1].finish_reason == "eos", name
+    assert steps[-1].drafted > len(steps[-1].token_ids)          # the last sps step was cut short
+
+
+def test_stop_string_cuts_a_multi_token_step(looping):
+    ref, _ = run(looping, "ar", "a b c a b c a b c", max_new_tokens=60)
+    text = looping.decode(ref)
+    stop = text[len(text) // 2:len(text) // 2 + 3]
+    req = dict(max_new_tokens=60, stop=[stop])
+    want = "".join(s.text for s in get("ar").stream(looping, Request(prompt="a b c a b c a b c", **req)))
+    for name in ["pld", "lookahead"]:
+        got = "".join(s.text for s in get(name).stream(looping, Request(prompt="a b c a b c a b c", **req)))
+        assert got == want and stop not in got
+
+
+def test_parameters_are_validated(target):
+    for name, params in [("sps", {"k": 0}), ("sps", {"k": 17}), ("sps", {"adaptive": "yes"}), ("sps", {"draft": 3}),
+                         ("pld", {"max_ngram": 0}), ("pld", {"num_pred": 1.5}), ("lookahead", {"window": 0}),
+                         ("lookahead", {"ngram": 1}), ("lookahead", {"bogus": 1})]:
+        with pytest.raises(RequestError):
+            list(get(name).stream(target, Request(prompt="hi", params=params)))
+
+
+def test_draft_model_loading_and_availability(target, tmp_path, monkeypatch):
+    sps = get("sps")
+    bare = copy.copy(target)
+    bare.extras = {}
+    monkeypatch.setattr(speculative, "DEFAULT_DRAFT", tmp_path / "no-draft-here")
+    assert sps.available(bare) == (False, "train it: python -m paradec train draft")
+    with pytest.raises(ModelError, match="python -m paradec train draft"):
+        list(sps.stream(bare, Request(prompt="hi")))
+    # a draft folder given by path: loaded once with Engine.load, cached, usable
+    d = random_engine(3)
+    d.model.save_pretrained(tmp_path / "d")
+    d.tokenizer.save_pretrained(tmp_path / "d")
+    req = dict(max_new_tokens=20, ignore_eos=True)
+    ref, _ = run(bare, "ar", PROMPTS[0], **req)
+    got, steps = run(bare, "sps", PROMPTS[0], params={"draft": str(tmp_path / "d")}, **req)
+    assert got == ref and sum(s.draft_passes for s in steps) > 0
+    loaded = bare.extras["drafts"][str(tmp_path / "d")]
+    assert speculative.draft_model(bare, Request(prompt="x", params={"draft": str(tmp_path / "d")})) is loaded
+    # the shipped draft location, when present, is loaded into engine.extras['draft']
+    monkeypatch.setattr(speculative, "DEFAULT_DRAFT", tmp_path / "d")
+    assert sps.available(bare) == (True, "")
+    assert bare.extras["draft"].name == "d"
+    # a draft with another tokenizer is refused with the reason
+    odd = random_engine(4)
+    odd.tokenizer = copy.deepcopy(odd.tokenizer)
+    odd.tokenizer.add_tokens(["<not-in-the-target>"])
+    mismatched = copy.copy(target)
+    mismatched.extras = {"draft": odd}
+    ok, why = sps.available(mismatched)
+    assert not ok and "different tokenizer" in why
+    with pytest.raises(ModelError, match="different tokenizer"):
+        list(sps.stream(mismatched, Request(prompt="hi")))
+
+
+def test_fit_vocab_pads_with_zero_probability():
+    lg = torch.tensor([[1.0, 2.0, 3.0]])
+    padded = speculative.fit_vocab(lg, 5)
+    assert padded.shape == (1, 5) and torch.isinf(padded[0, 3:]).all()
+    assert process(padded, SamplingParams(1.0))[0, 3:].sum() == 0
+    assert speculative.fit_vocab(lg, 2).tolist() == [[1.0, 2.0]]
