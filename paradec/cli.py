@@ -8,10 +8,13 @@ from pathlib import Path
 
 def _train(args) -> int:
     from .training import lm
+    if args.threads:
+        import torch
+        torch.set_num_threads(args.threads)
     if args.what in ("default", "draft", "smoke"):
         name = args.name or {"default": "paradec-tiny", "draft": "paradec-tiny-draft",
                              "smoke": "paradec-smoke"}[args.what]
-        defaults = {"default": dict(steps=1000), "draft": dict(steps=600, lr=3e-3),
+        defaults = {"default": dict(steps=700), "draft": dict(steps=600, lr=3e-3),
                     "smoke": dict(steps=5, batch_size=2, seq_len=64, ckpt_every=2, eval_batches=1)}[args.what]
         cfg = lm.TrainConfig(name=name, arch=args.what, **defaults)
         if args.steps:
@@ -132,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", help="output model folder (default data/models/NAME)")
     t.add_argument("--work", help="checkpoint folder (default data/work/NAME)")
     t.add_argument("--tokenizer-from", help="reuse this model folder's tokenizer")
+    t.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     t.set_defaults(func=_train)
 
     g = sub.add_parser("generate", help="generate with one strategy, streaming, then a metrics summary")

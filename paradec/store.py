@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint,
-                        create_engine, event, func, select, update)
+                        create_engine, event, func, inspect, select, update)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, sessionmaker
 from sqlalchemy.pool import StaticPool
@@ -60,6 +60,7 @@ class Run(Base):
     eval_set_id: Mapped[int | None] = mapped_column(ForeignKey("eval_sets.id", ondelete="SET NULL"), index=True)
     host: Mapped[str] = mapped_column(String(255), default="")
     pid: Mapped[int | None] = mapped_column(Integer)
+    process_tag: Mapped[str] = mapped_column(String(100), default="")
     error: Mapped[str | None] = mapped_column(Text)
 
     results: Mapped[list["Result"]] = relationship(back_populates="run", cascade="all, delete-orphan",
@@ -166,7 +167,18 @@ def _row_dict(obj) -> dict:
     return {c.name: getattr(obj, c.name) for c in obj.__table__.columns}
 
 
-def _pid_alive(pid: int | None) -> bool:
+def _process_tag(pid: int) -> str:
+    """Identifies a process beyond its pid (pids are reused: a container's app is often pid 1 every time):
+    the boot id and the process start time where /proc has them (Linux), else ''."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return f"{boot}:{stat.rsplit(')', 1)[1].split()[19]}"
+    except (OSError, IndexError):
+        return ""
+
+
+def _pid_alive(pid: int | None, tag: str | None = None) -> bool:
     if not pid:
         return False
     try:
@@ -174,8 +186,8 @@ def _pid_alive(pid: int | None) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    return not tag or _process_tag(pid) in ("", tag)
 
 
 class Store:
@@ -196,7 +208,19 @@ class Store:
         if self.is_sqlite:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         Base.metadata.create_all(self.engine)
+        self._add_missing_columns()
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    def _add_missing_columns(self) -> None:
+        """A database made by an older paradec gains the columns added since (nullable; names from our schema)."""
+        insp = inspect(self.engine)
+        with self.engine.begin() as c:
+            for table in Base.metadata.sorted_tables:
+                have = {col["name"] for col in insp.get_columns(table.name)}
+                for col in table.columns:
+                    if col.name not in have:
+                        kind = col.type.compile(dialect=self.engine.dialect)
+                        c.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{col.name}" {kind}')
 
     def session(self) -> Session:
         return self._sessions()
@@ -225,7 +249,8 @@ class Store:
             raise StoreError(f"run kind must be one of {', '.join(RUN_KINDS)}, got {kind!r}")
         run = Run(kind=kind, status="running", name=name, model=model, device=device, dtype=dtype,
                   environment=environment or {}, strategies=list(strategies or []), settings=settings or {},
-                  eval_set_id=eval_set_id, host=socket.gethostname(), pid=os.getpid())
+                  eval_set_id=eval_set_id, host=socket.gethostname(), pid=os.getpid(),
+                  process_tag=_process_tag(os.getpid()))
         with self.session() as s:
             s.add(run)
             try:
@@ -252,7 +277,7 @@ class Store:
             if run is None:
                 raise StoreError(f"there is no run {run_id}")
             run.status, run.error, run.finished_at = "running", None, None
-            run.host, run.pid = socket.gethostname(), os.getpid()
+            run.host, run.pid, run.process_tag = socket.gethostname(), os.getpid(), _process_tag(os.getpid())
             s.commit()
             return _row_dict(run)
 
@@ -305,7 +330,7 @@ class Store:
         host = socket.gethostname()
         with self.session() as s:
             ids = [r.id for r in s.scalars(select(Run).where(Run.status == "running"))
-                   if (r.host == host and not _pid_alive(r.pid)) or (all_hosts and r.host != host)
+                   if (r.host == host and not _pid_alive(r.pid, r.process_tag)) or (all_hosts and r.host != host)
                    or (r.host == host and r.pid is None)]
             if ids:
                 s.execute(update(Run).where(Run.id.in_(ids))
@@ -393,6 +418,12 @@ class Store:
             q = q.where(Result.error.is_(None))
         with self.session() as s:
             return {tuple(r) for r in s.execute(q).all()}
+
+    def get_result(self, run_id: int, item_key: str, strategy: str, repeat: int = 0, turn: int = 0) -> dict | None:
+        """One stored result by its key (a resumed run reads the reference output it skips), or None."""
+        with self.session() as s:
+            r = self._find_result(s, run_id, str(item_key), strategy, int(repeat), int(turn))
+            return _row_dict(r) if r is not None else None
 
     def get_results(self, run_id: int) -> list[dict]:
         with self.session() as s:

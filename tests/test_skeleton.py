@@ -3,7 +3,6 @@ import dataclasses
 import json
 
 import pytest
-import torch
 
 from paradec import router as R
 from paradec.sampling import UStream, next_tokens

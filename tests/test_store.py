@@ -100,6 +100,10 @@ def test_done_keys_and_error_retry(store):
     row = [r for r in store.get_results(rid) if r["item_key"] == "b"][0]
     assert row["error"] is None and row["text"] == "ok"
     assert ("b", "ar", 0, 0) in store.done_keys(rid)
+    for key in store.done_keys(rid):         # what a resumed run reads back for a skipped key
+        assert store.get_result(rid, *key)["item_key"] == key[0]
+    assert store.get_result(rid, "b", "ar", 0, 0)["text"] == "ok"
+    assert store.get_result(rid, "b", "ar", 5, 0) is None
     assert store.done_keys(rid + 1) == set()
 
 
@@ -181,4 +185,28 @@ def test_default_url_from_env(tmp_path, monkeypatch):
     s = Store()
     _run(s)
     assert target.exists() and s.counts()["runs"] == 1
+    s.close()
+
+
+def test_pid_reuse_is_not_mistaken_for_a_live_run(store):
+    """A run whose pid now belongs to another process (same pid, different start) is interrupted."""
+    mine = _run(store)
+    reused = _run(store)
+    store.update_run(reused, process_tag="some-other-boot:12345")
+    assert store.mark_interrupted_runs() == [reused]
+    assert store.get_run(mine)["status"] == "running"
+
+
+def test_old_database_gains_new_columns(tmp_path):
+    db = tmp_path / "old.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, created_at DATETIME, kind VARCHAR(16), "
+                "status VARCHAR(16), name VARCHAR(200))")
+    con.execute("INSERT INTO runs (kind, status, name) VALUES ('bench', 'finished', 'old')")
+    con.commit()
+    con.close()
+    s = Store(db)
+    assert s.list_runs()[0]["name"] == "old" and s.list_runs()[0]["process_tag"] is None
+    rid = _run(s)
+    assert s.get_run(rid)["strategies"] == ["ar", "pld"]
     s.close()

@@ -54,7 +54,7 @@ ARCHS = {
 class TrainConfig:
     name: str = "paradec-tiny"
     arch: str = "default"
-    steps: int = 1000
+    steps: int = 700
     batch_size: int = 8
     seq_len: int = 512
     lr: float = 2e-3
