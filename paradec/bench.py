@@ -24,6 +24,12 @@ class BenchItem:
     turns: list[str]
     reference: str | None = None
     chat: bool = True
+    references: list | None = None     # one per turn
+
+    def reference_for(self, turn: int) -> str | None:
+        if self.references and turn < len(self.references):
+            return self.references[turn]
+        return self.reference if len(self.turns) == 1 else None
 
 
 @dataclass
@@ -51,11 +57,11 @@ def environment(engine, settings: BenchSettings) -> dict:
 
 def items_from_store(store, eval_set_id: int) -> list[BenchItem]:
     return [BenchItem(str(i["item_id"]), i["category"] or "general", list(i["turns"]), i.get("reference"),
-                      i.get("chat", True)) for i in store.get_eval_set_items(eval_set_id)]
+                      i.get("chat") is not False, i.get("references")) for i in store.get_eval_set_items(eval_set_id)]
 
 
 def items_from_evalset(es) -> list[BenchItem]:
-    return [BenchItem(str(it.item_id), it.category, list(it.turns), it.reference, getattr(it, "chat", True))
+    return [BenchItem(str(it.item_id), it.category, list(it.turns), it.reference, it.chat, it.references)
             for it in es.items]
 
 
@@ -108,7 +114,7 @@ def run_bench(engine, store, run_id: int, items: list[BenchItem], settings: Benc
                                accepted=f.accepted, ttft_s=f.ttft_s, e2e_s=f.elapsed_s, tokens_per_s=f.tokens_per_s,
                                tpot_s=f.tpot_s, tokens_per_pass=f.tokens_per_pass, itl=f.itl, error=lane.error,
                                quality=_quality(engine, req, lane, s, ar_outputs.get((rep, turn)),
-                                                item.reference if turn == len(item.turns) - 1 else None,
+                                                item.reference_for(turn),
                                                 settings))
                     if s == "ar":
                         ar_outputs[(rep, turn)] = (lane.token_ids, lane.text)
@@ -165,6 +171,8 @@ def table(df) -> list[dict]:
                     "run": int(run_id), "category": cat, "strategy": s, "n": len(ds),
                     "tokens_per_s": summary(ds["tokens_per_s"].tolist())["mean"],
                     "speedup": speedup(ds["tokens_per_s"].tolist(), ar["tokens_per_s"].tolist()),
+                    "e2e_speedup": speedup(ar["e2e_s"].tolist(), ds["e2e_s"].tolist()),  # mean ar E2E / mean E2E
+                    "forward_passes": summary(ds["forward_passes"].tolist())["mean"],
                     "tokens_per_pass": summary(ds["tokens_per_pass"].tolist())["mean"],
                     "ttft_p50": summary(ds["ttft_s"].tolist())["p50"],
                     "tpot_p50": summary(ds["tpot_s"].tolist())["p50"],
@@ -179,11 +187,12 @@ def table(df) -> list[dict]:
 def markdown(rows: list[dict], title: str = "") -> str:
     def f(v, fmt):
         return "–" if v is None else format(v, fmt)
-    head = ("| category | strategy | speed-up vs ar | tokens/s | tokens/pass | TTFT p50 (s) | TPOT p50 (ms) | "
+    head = ("| category | strategy | speed-up vs ar | end-to-end speed-up | tokens/s | tokens/pass | TTFT p50 (s) | TPOT p50 (ms) | "
             "ROUGE-L vs ar | ROUGE-L vs ref | perplexity | lossless mismatches | n |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     body = "".join(
-        f"| {r['category']} | {r['strategy']} | {f(r['speedup'], '.2f')}× | {f(r['tokens_per_s'], '.1f')} | "
+        f"| {r['category']} | {r['strategy']} | {f(r['speedup'], '.2f')}× | {f(r['e2e_speedup'], '.2f')}× | "
+        f"{f(r['tokens_per_s'], '.1f')} | "
         f"{f(r['tokens_per_pass'], '.2f')} | {f(r['ttft_p50'], '.3f')} | "
         f"{f(None if r['tpot_p50'] is None else r['tpot_p50'] * 1000, '.1f')} | {f(r['rouge_l_vs_ar'], '.3f')} | "
         f"{f(r['rouge_l_vs_ref'], '.3f')} | {f(r['perplexity'], '.2f')} | "

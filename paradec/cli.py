@@ -111,6 +111,94 @@ def _generate(args) -> int:
     return 0
 
 
+def _bench(args) -> int:
+    import json
+    import platform
+    from datetime import datetime, timezone
+
+    from tqdm import tqdm
+
+    from . import bench as B
+    from .evalsets import EvalSetError, load_eval_set, load_suite
+    from .store import Store
+    engine = load_engine(args)
+    store = Store(args.db)
+    if args.resume:
+        run = store.get_run(args.resume)
+        if run is None:
+            raise SystemExit(f"error: there is no run {args.resume} in {store.url}")
+        settings = B.BenchSettings(**run["settings"]["bench"])
+        items = B.items_from_store(store, run["eval_set_id"])[: run["settings"].get("limit") or None]
+        store.resume_run(args.resume)
+        run_id = args.resume
+    else:
+        strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+        from .strategies import get
+        for s in strategies:
+            get(s)   # unknown names fail before anything is stored
+        try:
+            if args.suite:
+                es = load_suite(args.suite)
+            elif args.eval_set:
+                es = load_eval_set(args.eval_set, max_prompt_tokens=engine.context_length - args.max_new_tokens,
+                                   count_tokens=lambda t: len(engine.tokenizer(t)["input_ids"]))
+            else:
+                raise SystemExit("error: give --suite NAME or --eval-set FILE (or --resume RUN_ID)")
+        except (EvalSetError, KeyError, FileNotFoundError) as e:
+            raise SystemExit(f"error: {e}")
+        if args.per_category:
+            seen: dict = {}
+            es.items = [it for it in es.items if seen.setdefault(it.category, []).append(it) or
+                        len(seen[it.category]) <= args.per_category]
+        settings = B.BenchSettings(strategies=strategies, repeats=args.repeats, max_new_tokens=args.max_new_tokens,
+                                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                                   ignore_eos=args.ignore_eos, params=json.loads(args.params or "{}"),
+                                   perplexity=not args.no_perplexity)
+        set_id = store.save_eval_set(es, name=es.name)
+        env = B.environment(engine, settings)
+        run_id = store.create_run("bench", name=args.name or es.name, model=engine.name, device=str(engine.device),
+                                  dtype=env["dtype"], environment=env, strategies=B._ordered(strategies),
+                                  settings={"bench": B.asdict(settings), "limit": args.limit}, eval_set_id=set_id)
+        items = B.items_from_store(store, set_id)[: args.limit or None]
+    print(f"run {run_id} in {store.url}: {len(items)} prompts x {len(settings.strategies)} strategies x "
+          f"{settings.repeats} repeats", file=sys.stderr)
+    bar = tqdm(total=len(items) * len(B._ordered(settings.strategies)) * settings.repeats, desc="bench",
+               file=sys.stderr)
+
+    def progress(done, total, label):
+        bar.n = done
+        bar.set_postfix_str(label[:40])
+        bar.refresh()
+
+    try:
+        res = B.run_bench(engine, store, run_id, items, settings, progress=progress, resume=bool(args.resume))
+    except KeyboardInterrupt:
+        store.finish_run(run_id, "interrupted")
+        raise SystemExit(f"interrupted; finish it with: python -m paradec bench --resume {run_id}")
+    bar.close()
+    store.finish_run(run_id, "finished")
+    rows = B.table(store.results_dataframe([run_id]))
+    if args.json:
+        print(json.dumps({"run": run_id, **res, "table": rows}))
+    else:
+        print(B.markdown(rows))
+    if args.markdown:
+        env = store.get_run(run_id)["environment"]
+        cmd = "python -m paradec " + " ".join(sys.argv[1:]) if sys.argv[0].endswith(("paradec", "__main__.py")) \
+            else "python -m paradec bench ..."
+        head = (f"### {args.name or 'bench'} — run {run_id}\n\n"
+                f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}\n"
+                f"- machine: {platform.machine()} {platform.processor() or ''}, {env.get('device')}, "
+                f"{env.get('dtype')}, torch {env.get('torch')}, transformers {env.get('transformers')}\n"
+                f"- model: {env.get('model')} ({env.get('parameters', 0) / 1e6:.1f}M parameters)\n"
+                f"- command: `{cmd}`\n"
+                f"- settings: max_new_tokens {settings.max_new_tokens}, temperature {settings.temperature}, "
+                f"repeats {settings.repeats}, prompts {len(items)}\n")
+        Path(args.markdown).write_text(B.markdown(rows, head))
+        print(f"wrote {args.markdown}", file=sys.stderr)
+    return 0
+
+
 def _strategies(args) -> int:
     from .strategies import REGISTRY, load_all
     load_all()
@@ -145,6 +233,25 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(g)
     _gen_args(g)
     g.set_defaults(func=_generate)
+
+    b = sub.add_parser("bench", help="benchmark strategies over a suite or an eval set, stored in the database")
+    src = b.add_mutually_exclusive_group()
+    src.add_argument("--suite", help="built-in suite name (evals/suites/NAME.jsonl)")
+    src.add_argument("--eval-set", help="CSV or JSONL file (Spec-Bench question files too)")
+    src.add_argument("--resume", type=int, metavar="RUN_ID", help="finish an interrupted run")
+    b.add_argument("--strategies", default="ar,hf-generate", help="comma-separated; ar is always included")
+    b.add_argument("--repeats", type=int, default=1)
+    b.add_argument("--limit", type=int, help="only the first N prompts")
+    b.add_argument("--per-category", type=int, help="only the first N prompts of each category")
+    b.add_argument("--params", help='JSON: {"strategy": {"param": value}}')
+    b.add_argument("--db", help="SQLAlchemy URL or SQLite file (default $PARADEC_DB or data/paradec.db)")
+    b.add_argument("--name", help="run name")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--markdown", help="write the results table (the BENCHMARKS.md form) to this file")
+    b.add_argument("--no-perplexity", action="store_true", help="skip the perplexity pass per result")
+    _model_args(b)
+    _gen_args(b)
+    b.set_defaults(func=_bench, max_new_tokens=96)
 
     st = sub.add_parser("strategies", help="list strategies and their availability for the model")
     _model_args(st)

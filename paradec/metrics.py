@@ -7,6 +7,8 @@ after each), so figures mean "what it would take alone" also when several strate
   TPOT  (E2E - TTFT) / (n - 1)
   ITL   gap between token arrivals divided by the tokens that arrived together
   tau   tokens per forward pass: generated tokens / target forward passes (prefill pass included, so ar = 1.00)
+Tokens of planning steps (SoT's skeleton) cost time and passes but are not answer tokens: they are not
+counted in tokens, TTFT or ITL.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ class TimedStep:
     draft_passes: int = 0
     drafted: int = 0
     accepted: int = 0
+    planning: bool = False  # tokens that are not part of the answer (SoT's skeleton): timed, not counted
 
 
 @dataclass
@@ -59,7 +62,7 @@ def figures(steps: list[TimedStep]) -> Figures:
         f.drafted += s.drafted
         f.accepted += s.accepted
         f.elapsed_s = s.t_end
-        if s.n_tokens <= 0:
+        if s.n_tokens <= 0 or s.planning:
             continue
         if f.ttft_s is None:
             f.ttft_s = s.t_end

@@ -55,7 +55,8 @@ class Lane:
     clock: float = 0.0
     steps: list[TimedStep] = field(default_factory=list)
     groups: list[dict] = field(default_factory=list)     # per step with tokens: segment, ids, text, t
-    token_ids: list[int] = field(default_factory=list)
+    seg_ids: dict[int, list[int]] = field(default_factory=dict)
+    planning_segments: set = field(default_factory=set)
     segments: dict[int, str] = field(default_factory=dict)
     info: dict = field(default_factory=dict)
     status: str = "waiting"        # waiting | running | done | stopped | error
@@ -65,11 +66,14 @@ class Lane:
 
     def record(self, step: Step, dt: float) -> TimedStep:
         self.clock += dt
+        planning = step.info.get("stage") == "skeleton"
         ts = TimedStep(self.clock, dt, len(step.token_ids), step.segment, step.forward_passes, step.draft_passes,
-                       step.drafted, step.accepted)
+                       step.drafted, step.accepted, planning=planning)
         self.steps.append(ts)
+        if planning:
+            self.planning_segments.add(step.segment)
         if step.token_ids or step.text:
-            self.token_ids.extend(step.token_ids)
+            self.seg_ids.setdefault(step.segment, []).extend(step.token_ids)
             self.segments[step.segment] = self.segments.get(step.segment, "") + step.text
             self.groups.append({"segment": step.segment, "ids": list(step.token_ids), "text": step.text,
                                 "t": self.clock})
@@ -80,11 +84,15 @@ class Lane:
         return ts
 
     @property
+    def token_ids(self) -> list[int]:
+        """The answer's token ids: non-planning segments in order."""
+        return [t for k in sorted(self.seg_ids) if k not in self.planning_segments for t in self.seg_ids[k]]
+
+    @property
     def text(self) -> str:
         if "answer" in self.info:
             return self.info["answer"]
-        return "\n".join(self.segments[k] for k in sorted(self.segments)) if len(self.segments) > 1 \
-            else self.segments.get(0, next(iter(self.segments.values()), ""))
+        return "\n".join(self.segments[k] for k in sorted(self.segments) if k not in self.planning_segments)
 
     def figures(self) -> Figures:
         return figures(self.steps)

@@ -66,7 +66,7 @@ class ApiError(Exception):
 # ---------------------------------------------------------------------------------------------- worker
 @dataclass(eq=False)
 class Job:
-    """One request's run: the worker fills `events` with ("step", Step) ... then ("end", None) or ("error", ApiError)."""
+    """One request's run: the worker puts ("step", Step)... then ("end", None) or ("error", ApiError) in `events`."""
     strategy: Any
     request: Any
     loop: asyncio.AbstractEventLoop
@@ -84,9 +84,9 @@ class Scheduler:
     """One worker thread that owns the engine; a bounded first-come-first-served queue of jobs in front of it."""
 
     def __init__(self, engine, max_queue: int = 16, step_delay: float = 0.0):
+        from .race import engine_lock
         self.engine = engine
-        if engine.lock is None:
-            engine.lock = threading.Lock()
+        self.lock = engine_lock(engine)       # the same lock the race runner takes: one model user at a time
         self.max_queue = max_queue
         self.step_delay = step_delay          # test-only throttle between steps (--step-delay)
         self.jobs: collections.deque[Job] = collections.deque()
@@ -141,7 +141,7 @@ class Scheduler:
         try:
             gen = job.strategy.stream(self.engine, job.request)
             while not job.cancelled.is_set():
-                with self.engine.lock:
+                with self.lock:
                     step = next(gen, None)
                 if step is None:
                     break
@@ -166,7 +166,7 @@ class Scheduler:
         finally:
             if gen is not None:
                 try:
-                    with self.engine.lock:
+                    with self.lock:
                         gen.close()
                 except Exception:  # noqa: BLE001
                     pass
@@ -511,6 +511,15 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--random-tiny", type=int, nargs="?", const=0, default=None, help=argparse.SUPPRESS)
     p.add_argument("--step-delay", type=float, default=0.0, help=argparse.SUPPRESS)
     return p
+
+
+def add_serve_parser(subparsers):
+    """`python -m paradec serve ...`: add the subcommand to the CLI's subparsers."""
+    s = subparsers.add_parser("serve", help="OpenAI-compatible HTTP server over one engine",
+                              description=__doc__.split("\n\n")[0])
+    add_arguments(s)
+    s.set_defaults(func=serve_main)
+    return s
 
 
 def serve_main(args) -> int:

@@ -59,6 +59,11 @@ def race_args(prompt, strategies, max_new_tokens, temperature=0.0, seed=0):
             *[default_params_json(n) for n in param_strategies()]]
 
 
+def val(x):
+    """A component's value from an output (gr.update(...) arrives as a dict with 'value')."""
+    return x["value"] if isinstance(x, dict) and x.get("__type__") == "update" else x
+
+
 def wait_job(job, timeout=240):
     t0 = time.time()
     while not job.done():
@@ -294,14 +299,31 @@ def test_dashboard_returns_plots_and_csv(app):
     assert "result rows" in info
     lat = json.loads(latency["plot"])
     assert any("p50=" in str(t.get("name", "")) and "p99=" in str(t.get("name", "")) for t in lat["data"])
-    csv = pd.read_csv(export)
+    csv = pd.read_csv(val(export))
     assert len(csv) == int(info.split()[0]) and {"strategy", "tokens_per_s", "run_id"} <= set(csv.columns)
     assert summary["data"]
     # filters: one strategy keeps ar as its reference; a bad date is a clear error
     *_, export2 = c.predict([], "all", ["pld"], [], "", api_name="/dashboard")
-    assert set(pd.read_csv(export2)["strategy"]) == {"ar", "pld"}
+    assert set(pd.read_csv(val(export2))["strategy"]) == {"ar", "pld"}
     with pytest.raises(Exception, match="not YYYY-MM-DD"):
         c.predict([], "all", [], [], "yesterday", api_name="/dashboard")
+
+
+def test_columns_render_groups_and_sot_points(tiny_engine):
+    from paradec.race import Race
+    from paradec.strategies import Request
+    from paradec.ui.arena import render_all
+    race = Race(tiny_engine, Request(prompt="List three tips for writing tests.", max_new_tokens=24),
+                ["ar", "sot", "lookahead"])
+    race.run()
+    snap = race.snapshot()
+    ar_html, sot_html, la_html = render_all(snap)
+    assert 'class="pd-skeleton"' in sot_html and 'class="pd-point"' in sot_html     # skeleton + points apart
+    assert "lossy strategy" in sot_html and "lossless" not in sot_html
+    multi = [g for g in snap["lookahead"]["groups"] if len(g["ids"]) > 1 and g["text"]]
+    assert la_html.count('class="pd-grp"') == len(multi)       # one shaded span per multi-token step
+    assert 'class="pd-grp"' not in ar_html                      # ar never has multi-token steps
+    assert "lossless: identical to ar" in la_html
 
 
 # ---------------------------------------------------------------------------------------------- charts

@@ -5,6 +5,7 @@ token; `pld` and `lookahead` must also equal `ar` under sampling with the same s
 `sps` sampling is checked statistically against the target's exact probabilities.
 """
 import copy
+import random
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from paradec.sampling import SamplingParams, UStream, process
 from paradec.strategies import Request, RequestError, get
 from paradec.strategies import speculative
 from paradec.strategies.lookahead import NgramPool, layout
-from paradec.strategies.prompt_lookup import lookup
+from paradec.strategies.prompt_lookup import ContextIndex, lookup
 from paradec.testing import random_engine
 
 PROMPTS = [
@@ -27,9 +28,16 @@ PROMPTS = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)          # tiny models: threads only add overhead (and the machine is shared)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def target():
-    torch.set_num_threads(1)
     return random_engine(0)
 
 
@@ -91,7 +99,7 @@ def test_greedy_and_coupled_rules():
 def test_rejection_sampling_matches_target_distribution():
     """Rejection sampling from a draft q must give tokens distributed as the target p - for the first output
     token and for the second given the first draft token was accepted; a draft-biased rule would fail."""
-    V, n = 6, 12000
+    V, n = 6, 8000
     g = torch.Generator().manual_seed(3)
     target_logits = torch.randn(3, V, generator=g) * 1.5
     draft_logits = torch.randn(2, V, generator=g) * 1.5
@@ -113,7 +121,7 @@ def test_rejection_sampling_matches_target_distribution():
     tv1 = 0.5 * (first / n - p[0]).abs().sum()
     tv2 = 0.5 * (second / second.sum() - p[1]).abs().sum()
     assert tv1 < 0.03, (first / n, p[0])
-    assert tv2 < 0.04, (second / second.sum(), p[1])
+    assert tv2 < 0.05, (second / second.sum(), p[1])
     # d_1 is accepted with probability sum_x min(p(x), q(x))
     rate = float(torch.minimum(p[0], q[0]).sum())
     assert abs(first_accepted / n - rate) < 0.02, (first_accepted / n, rate)
@@ -141,6 +149,16 @@ def test_lookup_proposals():
     assert lookup([4, 5, 6, 7, 4], 3, 2) == [5, 6]           # falls back to a 1-gram
     assert lookup([1, 2, 3], 3, 5) == []                     # nothing repeats
     assert lookup([7, 8, 7, 8], 2, 5) == [7, 8, 7, 8, 7]     # a short cycle continues past the end
+    # the incremental index pld uses gives the same proposals as the plain scan
+    r = random.Random(0)
+    for _ in range(200):
+        vocab, index, seq = r.choice([2, 3, 5, 20]), ContextIndex(3), []
+        for _ in range(r.randrange(1, 10)):
+            new = [r.randrange(vocab) for _ in range(r.randrange(1, 6))]
+            index.extend(new)
+            seq += new
+            for k in (0, 1, 4, 10):
+                assert index.propose(k) == lookup(seq, 3, k), (seq, k)
 
 
 def test_lookahead_layout_equals_causal_chains(target):
@@ -302,6 +320,7 @@ def test_sps_rejection_sampling_is_lossless_in_distribution(target):
 
 def test_stops_at_budget(target, other_draft, looping):
     with_draft(target, other_draft)
+    with_draft(looping, other_draft)
     for name in ["pld", "lookahead", "sps"]:
         for engine in (target, looping):
             ref, _ = run(engine, "ar", PROMPTS[2], max_new_tokens=7)

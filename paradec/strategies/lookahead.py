@@ -21,7 +21,10 @@ The cache is cropped back to the context after every pass, so only committed tok
 accepted from a candidate are fed (and cached) at the start of the next pass. Under sampling the Jacobi
 guesses use the same u values the target will use at their positions, so they converge to the sampled text.
 With `context_pool` the pool is also fed the N-grams of the prompt and of the output (as in the reference
-implementation's prompt pool).
+implementation's prompt pool). At most N tokens are committed per pass (N-1 accepted + the target's own).
+
+Step fields: `drafted` counts every candidate token verified in the pass (all G candidates), `accepted` the
+tokens accepted from the best one, so acceptance = accepted / drafted is per verified token.
 """
 from __future__ import annotations
 

@@ -15,23 +15,57 @@ from .. import verification
 from .base import Output, Param, Request, Strategy, register, u_stream
 
 
+def _copy(seq: list[int], src: int, num_pred: int) -> list[int]:
+    """num_pred tokens copied from seq[src:], continuing into the copy itself when it reaches the end."""
+    ext, L = list(seq[src:]), len(seq)
+    while len(ext) < (L - src) + num_pred:
+        ext.append(ext[len(ext) - (L - src)])
+    return ext[L - src:]
+
+
 def lookup(seq: list[int], max_ngram: int, num_pred: int, min_ngram: int = 1) -> list[int]:
-    """Proposals for the continuation of `seq`: see the module docstring. [] when nothing matches."""
+    """Proposals for the continuation of `seq` by a plain scan (the reference for `ContextIndex`).
+    [] when nothing matches."""
     L = len(seq)
     if num_pred <= 0:
         return []
     for n in range(min(max_ngram, L - 1), min_ngram - 1, -1):
         tail = seq[L - n:]
-        first = tail[0]
-        # most recent start i < L - n with seq[i:i+n] == tail
-        for i in range(L - n - 1, -1, -1):
-            if seq[i] == first and seq[i:i + n] == tail:
-                src, ext = i + n, list(seq)
-                while len(ext) < L + num_pred:
-                    ext.append(ext[src])
-                    src += 1
-                return ext[L:]
+        for i in range(L - n - 1, -1, -1):          # most recent start i < L - n with seq[i:i+n] == tail
+            if seq[i] == tail[0] and seq[i:i + n] == tail:
+                return _copy(seq, i + n, num_pred)
     return []
+
+
+class ContextIndex:
+    """Incremental n-gram index of prompt + output: the same proposals as `lookup`, O(n) work per step.
+
+    For each n it maps an n-gram to the end (i + n) of its most recent occurrence that is followed by at
+    least one token, so a lookup never finds the suffix itself.
+    """
+
+    def __init__(self, max_ngram: int):
+        self.max_ngram = max_ngram
+        self.seq: list[int] = []
+        self.last: list[dict] = [{} for _ in range(max_ngram + 1)]
+
+    def extend(self, tokens) -> None:
+        old = len(self.seq)
+        self.seq.extend(int(t) for t in tokens)
+        L = len(self.seq)
+        for end in range(max(1, old), L):           # occurrences ending at `end`, followed by seq[end]
+            for n in range(1, min(self.max_ngram, end) + 1):
+                self.last[n][tuple(self.seq[end - n:end])] = end
+
+    def propose(self, num_pred: int) -> list[int]:
+        L = len(self.seq)
+        if num_pred <= 0:
+            return []
+        for n in range(min(self.max_ngram, L - 1), 0, -1):
+            end = self.last[n].get(tuple(self.seq[L - n:]))
+            if end is not None:
+                return _copy(self.seq, end, num_pred)
+        return []
 
 
 @register
@@ -50,16 +84,19 @@ class PromptLookup(Strategy):
         sp, us = request.sampling, u_stream(request)
         out = Output(engine, request)
         seq = list(ids)
+        index = ContextIndex(p["max_ngram"])
+        index.extend(seq)
         cache = engine.new_cache()
         prefill = True
         while True:
             room = out.budget - len(out.ids) - 1          # the last budget token comes free
-            proposals = lookup(seq, p["max_ngram"], min(p["num_pred"], room))
+            proposals = index.propose(min(p["num_pred"], room))
             base, k = len(seq), len(proposals)
             logits = engine.forward(seq[engine.cache_len(cache):] + proposals, cache, logits_to_keep=k + 1)[0]
             v = verification.coupled(proposals, logits, sp, us, start=len(out.ids))
             engine.crop(cache, base + v.accepted)
             seq += v.tokens
+            index.extend(v.tokens)
             step = out.step(v.tokens, forward_passes=1, drafted=k, prefill=prefill)
             step.accepted = min(v.accepted, len(step.token_ids))
             yield step

@@ -126,7 +126,7 @@ class SpeculativeSampling(Strategy):
                 qprobs = torch.stack(qs) if qs else logits.new_zeros((0, logits.shape[-1]))
                 v = verification.rejection(proposals, qprobs, logits, sp, rng)
             engine.crop(tcache, base + v.accepted)
-            draft.crop(dcache, min(draft.cache_len(dcache), base + v.accepted))
+            draft.crop(dcache, base + v.accepted)      # a no-op when it holds less
             seq += v.tokens
             step = out.step(v.tokens, forward_passes=1, draft_passes=kk, drafted=kk, prefill=prefill,
                             info={"k": kk})

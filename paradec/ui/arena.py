@@ -109,9 +109,11 @@ def _text_block(d: dict) -> str:
         out.append(f'<div class="pd-skeleton" style="{style};min-height:2em;opacity:.75">'
                    f'<b>skeleton</b>\n{_groups_html(skeleton)}</div>')
     if points:
+        fallback = bool(d.get("info", {}).get("fallback"))
         boxes = "".join(
             f'<div class="pd-point" style="{style};min-height:3em;max-height:14em">'
-            f'<b>point {s}</b>\n{_groups_html([g for g in groups if g["segment"] == s])}</div>' for s in points)
+            f'<b>{"answer (fallback)" if fallback else f"point {s}"}</b>\n'
+            f'{_groups_html([g for g in groups if g["segment"] == s])}</div>' for s in points)
         out.append('<div class="pd-points" style="display:grid;grid-template-columns:repeat(auto-fill,'
                    f'minmax(150px,1fr));gap:6px;margin-top:6px">{boxes}</div>')
     return "".join(out) or f'<div class="pd-text" style="{style}"></div>'
@@ -161,9 +163,9 @@ def render_column(name: str, d: dict, ar: dict | None, note: str = "") -> str:
         rows.append(("acceptance", _fmt(d["acceptance"], ".0%")))
     if ar is not None and name != "ar":
         rows.append(("speed-up vs ar", _fmt(d.get("speedup"), ".2f", "×")))
-    figs = "".join(f'<tr><td style="color:#666;padding-right:8px">{k}</td>'
-                   f'<td class="pd-fig" data-fig="{k}" style="text-align:right;font-variant-numeric:tabular-nums">'
-                   f'{v}</td></tr>' for k, v in rows)
+    figs = "".join(f'<span style="color:#666">{k}</span>'
+                   f'<span class="pd-fig" data-fig="{k}" style="text-align:right;font-variant-numeric:tabular-nums">'
+                   f'{v}</span>' for k, v in rows)
     err = (f'<div class="pd-error" style="color:#b00020">{html.escape(d["error"])}</div>'
            if d.get("error") else "")
     info = d.get("info") or {}
@@ -176,7 +178,8 @@ def render_column(name: str, d: dict, ar: dict | None, note: str = "") -> str:
             f'<div><b>{html.escape(name)}</b> <span style="color:#666;font-size:12px">{html.escape(title)}</span></div>'
             f'<span class="pd-status" style="color:{color};font-size:12px">{html.escape(label)}</span></div>'
             f'{_text_block(d)}{extra}{err}'
-            f'<table class="pd-figs" style="font-size:12px;margin-top:6px;width:100%">{figs}</table>'
+            f'<div class="pd-figs" style="display:grid;grid-template-columns:1fr auto;gap:1px 10px;font-size:12px;'
+            f'margin-top:6px">{figs}</div>'
             f'{_check_line(name, d, ar)}{note}</div>')
 
 
@@ -281,8 +284,9 @@ class Arena:
                for i in range(MAX_COLUMNS)]
         return ups + ["Waiting for the engine (other sessions' races run first)…"]
 
-    def race(self, prompt, mode, strategies, max_new_tokens, temperature, top_p, seed, *param_texts,
-             request: gr.Request = None):
+    def race(self, prompt, mode, strategies, max_new_tokens, temperature, top_p, seed, request: gr.Request = None,
+             *param_texts):
+        # (gradio injects `request` only into a positional parameter, hence its place before *param_texts)
         """Start a race and stream every column at once until it ends."""
         names = list(dict.fromkeys(strategies or []))
         if not names:
@@ -417,7 +421,7 @@ class Arena:
                         f"☐ <s>{html.escape(n)}</s> — {html.escape(why)}" for n, why in self.unavailable) +
                         "</span>", elem_id="pd-unavailable")
         with gr.Row():
-            max_new = gr.Slider(1, 1024, value=128, step=1, label="Max new tokens")
+            max_new = gr.Slider(1, 1024, value=128, step=1, label="Max new tokens", elem_id="pd-max-new")
             temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
             top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
             seed = gr.Number(0, precision=0, minimum=0, label="Seed")

@@ -64,12 +64,13 @@ class Dashboard:
         runs, strategies, categories, models = self.choices()
         with gr.Row():
             run_pick = gr.Dropdown([(_run_label(r), r["id"]) for r in runs], multiselect=True,
-                                   label="Runs (none = all)", scale=3, elem_id="pd-dash-runs")
-            model = gr.Dropdown(["all"] + models, value="all", label="Model", scale=1)
+                                   label="Runs (none = all)", scale=3, allow_custom_value=True, elem_id="pd-dash-runs")
+            model = gr.Dropdown(["all"] + models, value="all", label="Model", scale=1, allow_custom_value=True)
         with gr.Row():
             strat = gr.Dropdown(strategies, multiselect=True, label="Strategies (none = all; ar is always kept "
-                                "as the reference)", scale=2)
-            cats = gr.Dropdown(categories, multiselect=True, label="Categories (none = all)", scale=2)
+                                "as the reference)", scale=2, allow_custom_value=True)
+            cats = gr.Dropdown(categories, multiselect=True, label="Categories (none = all)", scale=2,
+                               allow_custom_value=True)
             since = gr.Textbox("", label="Since (YYYY-MM-DD)", placeholder="2025-01-31", scale=1)
         with gr.Row():
             show_btn = gr.Button("Show", variant="primary", elem_id="pd-dash-show")

