@@ -6,11 +6,31 @@ import sys
 from pathlib import Path
 
 
+def _card(model_dir, what: str) -> None:
+    from .engine import Engine
+    from .training import card
+    rates = card.format_rates(Engine.load(str(model_dir))) if what == "default" else None
+    path = card.write_card(model_dir, f"python -m paradec train {what}", rates)
+    print(f"wrote {path}" + (f": {rates}" if rates else ""), file=sys.stderr)
+
+
 def _train(args) -> int:
     from .training import lm
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
+    if args.what == "card":    # rewrite a model card from its training_summary.json (and re-measure rates)
+        from .training import lm
+        kind = "draft" if "draft" in (args.name or "") else "default"
+        _card(Path(args.out) if args.out else lm.MODELS / (args.name or "paradec-tiny"), kind)
+        return 0
+    if args.what == "router":
+        import json
+
+        from .router import train_router
+        meta = train_router()
+        print(json.dumps(meta, indent=1, default=str)[:2000])
+        return 0
     if args.what in ("default", "draft", "smoke"):
         name = args.name or {"default": "paradec-tiny", "draft": "paradec-tiny-draft",
                              "smoke": "paradec-smoke"}[args.what]
@@ -27,6 +47,8 @@ def _train(args) -> int:
         out = Path(args.out) if args.out else None
         work = Path(args.work) if args.work else None
         lm.train(cfg, out_dir=out, tokenizer_from=tok_from, work=work)
+        if args.what != "smoke":
+            _card(out or lm.MODELS / name, args.what)
         return 0
     raise SystemExit(f"unknown training target {args.what!r}")
 
@@ -217,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m paradec", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="train the default model, its draft, or PTP/LUD/FocusLLM parameters")
-    t.add_argument("what", choices=["default", "draft", "smoke"])
+    t.add_argument("what", choices=["default", "draft", "smoke", "router", "card"])
     t.add_argument("--steps", type=int)
     t.add_argument("--name")
     t.add_argument("--out", help="output model folder (default data/models/NAME)")
@@ -252,6 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(b)
     _gen_args(b)
     b.set_defaults(func=_bench, max_new_tokens=96)
+
+    from .server import add_serve_parser
+    add_serve_parser(sub)
 
     st = sub.add_parser("strategies", help="list strategies and their availability for the model")
     _model_args(st)
