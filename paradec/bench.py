@@ -47,6 +47,12 @@ class BenchSettings:
     perplexity: bool = True
 
 
+def _lossless(name: str) -> bool:
+    from .strategies import REGISTRY, load_all
+    load_all()
+    return REGISTRY[name].lossless if name in REGISTRY else False
+
+
 def environment(engine, settings: BenchSettings) -> dict:
     import sqlalchemy
     env = engine.describe()
@@ -140,9 +146,15 @@ def _quality(engine, req, lane, strategy, ar_out, reference, settings) -> dict:
     if reference:
         q["rouge_l_vs_ref"] = quality.rouge_l(lane.text, reference)
         q["bleu_vs_ref"] = quality.bleu(lane.text, reference)
-    if settings.perplexity and lane.token_ids:
+    remote = getattr(engine, "remote", False)
+    if settings.perplexity and lane.token_ids and not remote:
         q["perplexity"] = quality.perplexity(engine, engine.encode(req), lane.token_ids)
-    q["lossless_strategy"] = get(strategy).lossless
+    q["lossless_strategy"] = lane.lossless
+    if remote:          # remote token ids are placeholders: compare text only
+        q.pop("exact_match", None)
+        q.pop("diverges_at", None)
+        if ar_out is not None and strategy != "ar":
+            q["exact_match"] = lane.text == ar_out[1]
     return q
 
 
@@ -179,7 +191,7 @@ def table(df) -> list[dict]:
                     "rouge_l_vs_ar": sum(rl) / len(rl) if rl else None,
                     "rouge_l_vs_ref": sum(rr) / len(rr) if rr else None,
                     "perplexity": sum(ppl) / len(ppl) if ppl else None,
-                    "lossless_mismatches": len(mism) if get(s).lossless and s != "ar" else None,
+                    "lossless_mismatches": len(mism) if _lossless(s) and s != "ar" else None,
                 })
     return rows
 
@@ -203,3 +215,27 @@ def markdown(rows: list[dict], title: str = "") -> str:
 
 def settings_with(settings: BenchSettings, **kw) -> BenchSettings:
     return replace(settings, **kw)
+
+
+def race_vs_alone(engine, request: Request, strategies: list[str], repeats: int = 3) -> list[dict]:
+    """Race the strategies together, then run each alone, `repeats` times each, alternating; compare tokens/s.
+
+    The race runner times every step by itself, so a strategy's race figures should match its benchmark-mode
+    figures; this prints how closely they do on this machine.
+    """
+    from .race import Race
+    race_tps: dict[str, list[float]] = {s: [] for s in strategies}
+    alone_tps: dict[str, list[float]] = {s: [] for s in strategies}
+    for s in strategies:          # warm-up
+        run_alone(engine, s, replace(request, max_new_tokens=8))
+    for _ in range(repeats):
+        lanes = Race(engine, request, strategies).run()
+        for s in strategies:
+            race_tps[s].append(lanes[s].figures().tokens_per_s or 0.0)
+            alone_tps[s].append(run_alone(engine, s, request).figures().tokens_per_s or 0.0)
+    rows = []
+    for s in strategies:
+        r, a = summary(race_tps[s])["mean"], summary(alone_tps[s])["mean"]
+        rows.append({"strategy": s, "race_tokens_per_s": r, "alone_tokens_per_s": a, "ratio": r / a if a else None,
+                     "n": repeats})
+    return rows

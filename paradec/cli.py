@@ -58,6 +58,9 @@ def _model_args(p):
     p.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:1, mps")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 otherwise), float32, bfloat16, float16")
     p.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model folder")
+    p.add_argument("--engine", metavar="URL", help="use a remote engine: `paradec serve` or any OpenAI-compatible "
+                   "server (vLLM, SGLang, TGI); timings are then taken client-side")
+    p.add_argument("--engine-token", help="bearer token for --engine (default $PARADEC_TOKEN)")
 
 
 def _gen_args(p):
@@ -95,7 +98,14 @@ def make_request(args, prompt: str):
 
 
 def load_engine(args):
+    import os
+
     from .engine import Engine
+    if getattr(args, "engine", None):
+        from .remote import RemoteEngine
+        eng = RemoteEngine(args.engine, token=args.engine_token or os.environ.get("PARADEC_TOKEN"), model=args.model)
+        eng.describe()    # fails early and clearly when the server is unreachable
+        return eng
     return Engine.load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
 
 
@@ -105,7 +115,7 @@ def _generate(args) -> int:
     from .race import run_alone
     engine = load_engine(args)
     req = make_request(args, args.prompt)
-    req.validate(engine)
+    req.validate(None if getattr(engine, "remote", False) else engine)
 
     def show(lane, step):
         if not args.json:
@@ -157,13 +167,16 @@ def _bench(args) -> int:
         strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
         from .strategies import get
         for s in strategies:
-            get(s)   # unknown names fail before anything is stored
+            if not getattr(engine, "remote", False):
+                get(s)   # unknown names fail before anything is stored
         try:
             if args.suite:
                 es = load_suite(args.suite)
             elif args.eval_set:
-                es = load_eval_set(args.eval_set, max_prompt_tokens=engine.context_length - args.max_new_tokens,
-                                   count_tokens=lambda t: len(engine.tokenizer(t)["input_ids"]))
+                local = not getattr(engine, "remote", False)
+                es = load_eval_set(args.eval_set,
+                                   max_prompt_tokens=engine.context_length - args.max_new_tokens if local else None,
+                                   count_tokens=(lambda t: len(engine.tokenizer(t)["input_ids"])) if local else None)
             else:
                 raise SystemExit("error: give --suite NAME or --eval-set FILE (or --resume RUN_ID)")
         except (EvalSetError, KeyError, FileNotFoundError) as e:
@@ -175,7 +188,7 @@ def _bench(args) -> int:
         settings = B.BenchSettings(strategies=strategies, repeats=args.repeats, max_new_tokens=args.max_new_tokens,
                                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                                    ignore_eos=args.ignore_eos, params=json.loads(args.params or "{}"),
-                                   perplexity=not args.no_perplexity)
+                                   perplexity=not args.no_perplexity and not getattr(engine, "remote", False))
         set_id = store.save_eval_set(es, name=es.name)
         env = B.environment(engine, settings)
         run_id = store.create_run("bench", name=args.name or es.name, model=engine.name, device=str(engine.device),
@@ -221,6 +234,35 @@ def _bench(args) -> int:
     return 0
 
 
+def _race(args) -> int:
+    import json
+
+    from .bench import race_vs_alone
+    from .race import Race
+    engine = load_engine(args)
+    req = make_request(args, args.prompt)
+    req.validate(engine)
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    if args.check:
+        rows = race_vs_alone(engine, req, strategies, args.repeats)
+        print(json.dumps(rows) if args.json else "\n".join(
+            f"{r['strategy']:12s} race {r['race_tokens_per_s']:8.1f} tok/s  alone {r['alone_tokens_per_s']:8.1f} "
+            f"tok/s  race/alone {r['ratio']:.3f}  (n={r['n']})" for r in rows))
+        return 0
+    race = Race(engine, req, strategies)
+    race.run()
+    snap = race.snapshot()
+    if args.json:
+        print(json.dumps({k: {kk: v for kk, v in d.items() if kk not in ("groups", "itl")} for k, d in snap.items()}))
+        return 0
+    for name, d in snap.items():
+        print(f"== {name} [{d['status']}] {d['tokens']} tokens, {d['tokens_per_s'] or 0:.1f} tok/s, "
+              f"tokens/pass {d['tokens_per_pass'] or 0:.2f}, speed-up {d['speedup'] or 1:.2f}x, "
+              f"{'identical to ar' if d['diverges_at'] is None else 'diverges at ' + str(d['diverges_at'])}")
+        print(d["text"])
+    return 0
+
+
 def _strategies(args) -> int:
     from .strategies import REGISTRY, load_all
     load_all()
@@ -256,6 +298,16 @@ def build_parser() -> argparse.ArgumentParser:
     _gen_args(g)
     g.set_defaults(func=_generate)
 
+    r = sub.add_parser("race", help="race strategies on one prompt; --check compares race and alone figures")
+    r.add_argument("--strategies", default="ar,pld,lookahead")
+    r.add_argument("--prompt", required=True)
+    r.add_argument("--check", action="store_true", help="race vs alone, tokens/s, --repeats times")
+    r.add_argument("--repeats", type=int, default=3)
+    r.add_argument("--json", action="store_true")
+    _model_args(r)
+    _gen_args(r)
+    r.set_defaults(func=_race)
+
     b = sub.add_parser("bench", help="benchmark strategies over a suite or an eval set, stored in the database")
     src = b.add_mutually_exclusive_group()
     src.add_argument("--suite", help="built-in suite name (evals/suites/NAME.jsonl)")
@@ -286,11 +338,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    import httpx
+
     from .engine import ModelError
+    from .remote import RemoteError
     from .strategies import RequestError
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ModelError, RequestError) as e:
+    except (ModelError, RequestError, RemoteError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except httpx.HTTPError as e:
+        print(f"error: the engine at {getattr(args, 'engine', '?')} could not be reached: {e}", file=sys.stderr)
         return 2

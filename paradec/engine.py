@@ -173,16 +173,22 @@ class Engine:
             cache.crop(-remove)
 
     @torch.inference_mode()
-    def forward(self, ids, cache=None, positions=None, mask=None, logits_to_keep: int = 0, model=None):
-        """One forward pass. ids: (T,) or (B, T) list/tensor. Returns float32 logits (B, T', V)."""
-        ids = torch.as_tensor(ids, device=self.device)
-        if ids.dim() == 1:
-            ids = ids.unsqueeze(0)
+    def forward(self, ids, cache=None, positions=None, mask=None, logits_to_keep: int = 0, model=None,
+                embeds=None):
+        """One forward pass. ids: (T,) or (B, T) list/tensor. Returns float32 logits (B, T', V).
+
+        `embeds` (B, T, hidden), when given, replaces `ids` as the input (inputs_embeds; PTP's u slots)."""
+        if embeds is not None:
+            ids = None
+        else:
+            ids = torch.as_tensor(ids, device=self.device)
+            if ids.dim() == 1:
+                ids = ids.unsqueeze(0)
         if positions is not None:
             positions = torch.as_tensor(positions, device=self.device)
             if positions.dim() == 1:
                 positions = positions.unsqueeze(0)
-        out = (model or self.model)(input_ids=ids, past_key_values=cache, position_ids=positions,
+        out = (model or self.model)(input_ids=ids, inputs_embeds=embeds, past_key_values=cache, position_ids=positions,
                                     attention_mask=mask, use_cache=cache is not None,
                                     logits_to_keep=logits_to_keep)
         return out.logits.float()

@@ -39,6 +39,14 @@ def timed_steps(engine, stream: Iterator[Step]) -> Iterator[tuple[Step, float]]:
         yield step, time.perf_counter() - t0
 
 
+def strategy_stream(engine, name: str, request: Request) -> tuple[bool, Iterator[Step]]:
+    """(lossless, step stream) of a strategy on an in-process engine, or on a remote one (paradec.remote)."""
+    if getattr(engine, "remote", False):
+        return name in ("ar", "pld", "lookahead", "sps"), engine.stream(name, request)
+    strat = get(name)
+    return strat.lossless, strat.stream(engine, request)
+
+
 def first_divergence(a: list[int], b: list[int]) -> int | None:
     """Index of the first differing token, or None when equal."""
     for i, (x, y) in enumerate(zip(a, b)):
@@ -107,12 +115,11 @@ def run_alone(engine, name: str, request: Request, params: dict | None = None, o
     """Run one strategy by itself (benchmark mode), timing every step."""
     lane = Lane(name, dict(params or {}))
     req = _with_params(request, lane.params)
-    strat = get(name)
-    lane.lossless = strat.lossless
     lane.status = "running"
     try:
         with engine_lock(engine):
-            for step, dt in timed_steps(engine, strat.stream(engine, req)):
+            lane.lossless, stream = strategy_stream(engine, name, req)
+            for step, dt in timed_steps(engine, stream):
                 lane.record(step, dt)
                 if on_step:
                     on_step(lane, step)
@@ -189,10 +196,9 @@ class Race:
             with engine_lock(self.engine):
                 for name, lane in self.lanes.items():
                     try:
-                        strat = get(name)
-                        lane.lossless = strat.lossless
-                        gens[name] = timed_steps(self.engine, strat.stream(self.engine,
-                                                                            _with_params(self.request, lane.params)))
+                        lane.lossless, stream = strategy_stream(self.engine, name,
+                                                                _with_params(self.request, lane.params))
+                        gens[name] = timed_steps(self.engine, stream)
                         lane.status = "running"
                     except Exception as e:  # noqa: BLE001
                         self._end(lane, "error", f"{type(e).__name__}: {e}")

@@ -126,6 +126,12 @@ def _finish(openai_reason, paradec_reason=None) -> str:
 class RemoteEngine:
     """A client for one model on an OpenAI-compatible server."""
 
+    remote = True
+    extras: dict = {}
+
+    def sync(self) -> None:
+        """Timings of a remote engine are client-side: nothing to synchronise."""
+
     def __init__(self, url: str, token: str | None = None, model: str | None = None, timeout: float = 600.0,
                  continuous_usage: bool = True):
         parts = urlsplit(url if "://" in url else "http://" + url)
@@ -193,8 +199,12 @@ class RemoteEngine:
         return self._get("/metrics").text
 
     def describe(self) -> dict:
-        return {"model": self.model, "device": f"remote {self.base}", "dtype": None,
-                "context_length": self.context_length}
+        return {"model": self.model, "device": f"remote {self.base}", "dtype": "remote",
+                "context_length": self.context_length, "parameters": 0}
+
+    @property
+    def device(self) -> str:
+        return f"remote {self.base}"
 
     # -------------------------------------------------------------- requests
     def body(self, request: Request, paradec: dict | None = None) -> tuple[str, dict]:

@@ -393,3 +393,31 @@ def test_load_script_runs_bounded_and_checks_streams(main):
     out = subprocess.run([sys.executable, "evals/load_server.py", "--url", main.url, "--clients", "500"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "--clients must be between 1 and 64" in out.stderr
+
+
+def _cli(*args):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "paradec", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_cli_generate_and_bench_through_a_remote_engine(main, tiny_engine, tmp_path):
+    """`--engine URL`: the CLI drives the server like an in-process engine; greedy text is the same."""
+    p = _cli("generate", "--engine", main.url, "--engine-token", TOKEN, "--strategy", "pld", "--prompt",
+             "def add(a, b):", "--raw", "--max-new-tokens", "24", "--ignore-eos", "--json")
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    ref = in_process(tiny_engine, "pld", Request(prompt="def add(a, b):", chat=False, max_new_tokens=24,
+                                                 ignore_eos=True))
+    assert got["text"] == ref[0]
+    assert got["tokens"] == 24 and got["forward_passes"] >= 1
+    db = tmp_path / "remote.db"
+    p = _cli("bench", "--engine", main.url, "--engine-token", TOKEN, "--suite", "code", "--limit", "2",
+             "--strategies", "ar,pld", "--max-new-tokens", "12", "--db", str(db), "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["stored"] == 4
+    pld = next(r for r in out["table"] if r["strategy"] == "pld" and r["category"] == "all")
+    assert pld["lossless_mismatches"] == 0
+    p = _cli("generate", "--engine", "http://127.0.0.1:9", "--prompt", "hi")
+    assert p.returncode == 2 and "could not be reached" in p.stderr

@@ -1,0 +1,91 @@
+"""`lud`: Lexical Unit Decoding (Sun et al., LREC-COLING 2024, arXiv 2405.15208). Lossy.
+
+Each step is one forward pass over  [tokens accepted last step] + [k-1 pad slots]  (positions continue
+after the last real token; causal attention, so the pad slots see the whole context and the earlier pads):
+
+* the logits at the last real position are the base model's own (the adapter is gated to pad slots, see
+  paradec/lud.py): the first token is picked from them exactly as `ar` picks it - argmax when greedy, the
+  request's u stream (u_i for output token i) when sampling - and is always accepted;
+* pad slot j predicts the token j places after it. Slots are read in order and accepted while the slot's
+  top class has probability (softmax of the raw logits plus the adapter's STOP class) strictly above
+  `threshold`, is not STOP ("the lexical unit ended"), and passes the repetition rule; the first refused
+  slot ends the step. Pad tokens are
+  always the slot's argmax, also under sampling.
+* repetition rule: with `max_repeat` = n > 0, a pad token equal to each of the previous n output tokens
+  is refused (no run of more than n identical tokens is created by pad predictions; the base model's own
+  first token is never refused).
+
+The pad slots are then cropped out of the KV cache; the accepted tokens are fed as real inputs on the next
+pass. `threshold` 1.0 never accepts a pad prediction, so the output is exactly `ar`'s. Pad slots are
+not drafted past the request's remaining token budget.
+Step figures: forward_passes 1, drafted = pad predictions considered, accepted = those accepted.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..lud import AdapterError, adapter_for, has_adapter
+from ..sampling import next_tokens
+from .base import Output, Param, Request, RequestError, Strategy, register, u_stream
+
+TRAIN_HINT = "train it: python -m paradec train lud --model <path>"
+
+
+@register
+class LexicalUnits(Strategy):
+    name = "lud"
+    title = "Lexical Unit Decoding (LUD)"
+    lossless = False
+    params = {
+        "k": Param(4, int, 1, 16, "tokens per pass at most: 1 real + k-1 pad slots"),
+        "threshold": Param(0.9, float, 0.0, 1.0, "accept a pad prediction when its probability exceeds this "
+                                                 "(1.0 = never: exactly ar)"),
+        "max_repeat": Param(3, int, 0, 64, "refuse a pad token equal to the previous n tokens (0 = off)"),
+        "adapter": Param("", str, help="folder with LUD parameters (default: <model folder>/lud)"),
+    }
+
+    def available(self, engine) -> tuple[bool, str]:
+        if has_adapter(engine):
+            return True, ""
+        return False, TRAIN_HINT.replace("<path>", str(getattr(engine.model.config, "_name_or_path", "") or "<path>"))
+
+    def stream(self, engine, request: Request):
+        p = self.resolve_params(request)
+        ids = request.validate(engine)
+        try:
+            adapter = adapter_for(engine, p["adapter"] or None)
+        except AdapterError as e:
+            raise RequestError(f"lud: {e}; {TRAIN_HINT}") from e
+        threshold, max_rep = p["threshold"], p["max_repeat"]
+        sp, us = request.sampling, u_stream(request)
+        out = Output(engine, request)
+        cache = engine.new_cache()
+        feed = list(ids)
+        prefill = True
+        while True:
+            n_pad = max(0, min(p["k"] - 1, out.budget - len(out.ids) - 1))
+            cached = engine.cache_len(cache)
+            tokens = feed + [engine.pad_id] * n_pad
+            gate = torch.zeros(len(tokens), dtype=torch.bool)
+            gate[len(feed):] = True
+            with adapter.applied(engine.model, gate):
+                logits = engine.forward(tokens, cache, logits_to_keep=n_pad + 1)[0]
+            V = logits.shape[-1] - 1        # the applied adapter adds column V: its STOP class
+            first = int(next_tokens(logits[0, :V], sp, us[len(out.ids)] if us else None))
+            new = [first]
+            if n_pad:
+                probs = torch.softmax(logits[1:], -1)
+                conf, top = probs.max(-1)
+                for c, t in zip(conf.tolist(), top.tolist()):
+                    hist = out.ids + new
+                    if c <= threshold or t == V or (max_rep and len(hist) >= max_rep
+                                                          and all(h == t for h in hist[-max_rep:])):
+                        break
+                    new.append(t)
+                engine.crop(cache, cached + len(feed))
+            step = out.step(new, forward_passes=1, drafted=n_pad, accepted=len(new) - 1, prefill=prefill)
+            yield step
+            if out.done:
+                return
+            prefill = False
+            feed = new

@@ -1,0 +1,153 @@
+"""`ptp`: Parallel Token Prediction (Draxler et al., arXiv 2512.21323) with fused verify-and-draft passes.
+
+The model's PTP adapter (`paradec.ptp`) drafts tokens from auxiliary slots that carry the request's own
+uniforms u (the UStream value of each output position; greedy requests feed them too - at temperature 0 the
+argmax bin is all of [0, 1), so any u is right). Verification uses the same u's: a drafted token is correct
+iff it equals Pick(u, base distribution) (`verification.coupled`), so the output is token for token `ar`'s,
+greedy and sampled with the same seed.
+
+Every step is ONE forward pass of the target weights (Partial Quadratic Decoding):
+
+    [x0, d1 .. dm]  real tokens: x0 the last emitted token (not yet cached), d the drafts to verify
+    branch j (for each chosen accepted count j in 0..m): m+1 auxiliary slots that assume x0, d1..dj are
+                    accepted; slot 1 sits at dj's position, slot a continues at +a-1.
+
+A 4-D mask lets the real tokens see the cache and each other causally, and each branch see the cache,
+x0..dj and its own earlier slots. From the logits the base verifies d1..dm (rows of x0..dm): j accepted plus
+the base's own token c at j+1. Branch j's slot 1 targets c (already known exactly); its slots 2..m+1 are the
+next step's drafts. The cache is cropped back to x0..dj (the slots and rejected drafts leave it), c is the
+next x0. When the accepted count has no branch (branches < m+1) the next step has no drafts (a fallback pass:
+x0 plus one branch, 1 token). The first step is the prompt prefill plus one branch.
+
+Branches: `branches=0` drafts a branch for every possible accepted count (full quadratic: m+1 + (m+1)^2
+positions per pass); `branches=B` keeps the B most likely counts, estimated from the drafter's own
+probabilities of its drafts (P(j) ~ q1..qj (1 - q_{j+1})). Forward passes are counted honestly: one per step,
+prefill included; there are no separate draft passes.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import ptp as P
+from .. import verification
+from ..sampling import UStream, pick, process
+from .base import Output, Param, Request, Strategy, register, u_stream
+
+
+def choose_branches(conf: list[float], budget: int) -> list[int]:
+    """Accepted counts j in 0..m worth a branch, m = len(conf); conf[i] = drafter's probability of draft i+1.
+    budget <= 0: all of them. Otherwise the `budget` likeliest under P(j) = q1..qj (1 - q_{j+1})."""
+    m = len(conf)
+    if budget <= 0 or budget >= m + 1:
+        return list(range(m + 1))
+    probs, run = [], 1.0
+    for j in range(m + 1):
+        nxt = conf[j] if j < m else 0.0
+        probs.append(run * (1.0 - nxt))
+        run *= nxt
+    best = sorted(range(m + 1), key=lambda j: -probs[j])[:budget]
+    return sorted(best)
+
+
+def layout(n_real: int, m: int, branches: list[int], slots: int):
+    """Masks and offsets of one fused pass over n_real real tokens (the last m+1 being x0, d1..dm) followed by
+    len(branches) * slots auxiliary slots. Returns (allowed (T, T) bool, offsets (T,) position offsets from the
+    first real token, aux index (n_aux,) sequence indices of the slots)."""
+    T = n_real + len(branches) * slots
+    allowed = torch.zeros(T, T, dtype=torch.bool)
+    allowed[:n_real, :n_real] = torch.ones(n_real, n_real, dtype=torch.bool).tril()
+    offsets = torch.zeros(T, dtype=torch.long)
+    offsets[:n_real] = torch.arange(n_real)
+    x0 = n_real - m - 1                       # sequence index of x0
+    for b, j in enumerate(branches):
+        s = n_real + b * slots
+        allowed[s:s + slots, :x0 + j + 1] = True                              # context up to dj
+        allowed[s:s + slots, s:s + slots] = torch.ones(slots, slots, dtype=torch.bool).tril()
+        offsets[s:s + slots] = x0 + j + torch.arange(slots)                   # slot 1 at dj's position
+    return allowed, offsets, torch.arange(n_real, T)
+
+
+@register
+class ParallelTokenPrediction(Strategy):
+    name = "ptp"
+    title = "Parallel Token Prediction (PTP)"
+    lossless = True
+    params = {
+        "k": Param(0, int, 0, 64, help="drafts verified per pass (0: the adapter's block - 1)"),
+        "branches": Param(0, int, 0, 65, help="accepted counts drafted ahead per pass (0: all = full quadratic)"),
+        "adapter": Param("", str, help="PTP adapter folder (default: <model>/ptp, made by `train ptp`)"),
+    }
+
+    def available(self, engine) -> tuple[bool, str]:
+        try:
+            ad = P.adapter_for(engine)
+        except Exception as e:  # noqa: BLE001 - a broken adapter file: say why
+            return False, f"the PTP adapter could not be loaded ({e}); {P.hint(engine)}"
+        if ad is None:
+            return False, P.hint(engine)
+        if ad.hidden != int(engine.model.config.hidden_size):
+            return False, f"the PTP adapter was trained for another model; {P.hint(engine)}"
+        return True, ""
+
+    def stream(self, engine, request: Request):
+        ids = request.validate(engine)
+        p = self.resolve_params(request)
+        ad = P.adapter_for(engine, p["adapter"] or None)
+        if ad is None:
+            raise FileNotFoundError(f"no PTP adapter for {engine.name}: {P.hint(engine)}")
+        sp = request.sampling
+        us = u_stream(request)                        # verification (None = greedy: argmax)
+        ud = us if us is not None else UStream(request.seed)   # the u's the slots carry
+        k = min(p["k"] or ad.block - 1, ad.block - 1)
+        slots = k + 1
+        emb = engine.model.get_input_embeddings()
+        out = Output(engine, request)
+        cache = engine.new_cache()
+        tail, drafts, conf = list(ids), [], []        # uncached real tokens; drafts of the tokens after tail[-1]
+        s = -1                                        # output index of tail[-1] (the prompt's last token: -1)
+        prefill = True
+        while True:
+            left = out.budget - len(out.ids)          # tokens still wanted
+            m = len(drafts)
+            branches = choose_branches(conf, p["branches"])
+            nslots = max(1, min(slots, left))         # slot 1 targets the next base token; the rest draft
+            real = tail + drafts
+            allowed, offsets, aux_idx = layout(len(real), m, branches, nslots)
+            past = engine.cache_len(cache)
+            with torch.inference_mode():
+                e_real = emb(torch.tensor(real, device=engine.device)).to(engine.dtype)
+                u_rows = [ud.span(s + j + 1, nslots) for j in branches]
+                e_aux = torch.cat([ad.slot_inputs(u, sp.greedy) for u in u_rows]).to(engine.device, engine.dtype)
+                embeds = torch.cat([e_real, e_aux])[None]
+                with ad.gated(aux_idx.to(engine.device)):
+                    logits = engine.forward(None, cache, (past + offsets)[None], engine.tree_mask(past, allowed),
+                                            logits_to_keep=m + 1 + len(aux_idx), embeds=embeds)[0]
+            rows, aux = logits[:m + 1], logits[m + 1:].view(len(branches), nslots, -1)
+            v = verification.coupled(drafts, rows, sp, us, s + 1)
+            j = v.accepted
+            engine.crop(cache, past + len(real) - m + j)          # keep tail and d1..dj
+            step = out.step(v.tokens, forward_passes=1, drafted=m, prefill=prefill,
+                            info={"k": m, "branches": len(branches)})
+            step.accepted = min(j, len(step.token_ids))
+            yield step
+            if out.done:
+                return
+            prefill = False
+            s += j + 1
+            tail = [v.tokens[-1]]
+            drafts, conf = [], []
+            if j in branches and nslots > 1:
+                lg = aux[branches.index(j), 1:]
+                drafts, conf = self._draft(ad, lg, sp, ud, s + 1)
+
+    @staticmethod
+    def _draft(ad, logits: torch.Tensor, sp, ud: UStream, start: int) -> tuple[list[int], list[float]]:
+        """Drafted tokens for output positions start.. from slot logits, with the drafter's confidence in each."""
+        if ad.mode == "O" or sp.greedy:
+            probs = torch.softmax(logits.float(), -1)
+            toks = logits.argmax(-1)
+        else:                                       # C mode: the slot predicts a distribution; pick with u
+            probs = process(logits, sp)
+            toks = pick(probs, ud.span(start, logits.shape[0]).to(probs.device))
+        conf = probs.gather(-1, toks.unsqueeze(-1)).squeeze(-1)
+        return toks.tolist(), conf.tolist()

@@ -1,0 +1,411 @@
+"""Train Lexical Unit Decoding parameters for a model: `python -m paradec train lud --model M`.
+
+Data (the "lexical unit" rule)
+------------------------------
+Training text is token windows of `--window` tokens drawn from the default corpus
+(paradec.training.corpus: raw standard-library text and the chat examples rendered with the model's chat
+template) plus, with `--greedy N`, the base model's own greedy answers to N training chat questions (so
+targets are also what the model itself says). For every window x_0..x_{L-1} one no-grad base forward
+pass gives the teacher-forced confidence c_t = p_base(x_t | x_<t) of each token.
+
+A training example is a cut point i (1 <= i <= L-2: the real tokens x_0..x_{i-1} are visible, the base
+predicts x_i at position i-1) followed by k-1 pad slots at positions i..i+k-2. The label of pad slot j
+(j = 1..k-1), which predicts the token j places after x_i, is
+
+* x_{i+j}      if c_i, c_{i+1}, ..., c_{i+j} are all > alpha  (x_i..x_{i+j} form a lexical unit: tokens the
+                base model predicts confidently in a row; with alpha >= 0.5 each is the base's greedy choice),
+* STOP          for the first slot where that fails (STOP = the adapter's extra output class, index
+                vocab_size, see paradec/lud.py; decoding never accepts it, so the adapter learns to say "the
+                unit ends here" rather than guess, and its confidences stay honest),
+* ignored       for the slots after that, and for slots past the window's end.
+
+Cut points: half are drawn among positions that start a unit of at least two tokens (c_i, c_{i+1} > alpha),
+half uniformly, `--cuts` per window. All cut points of a window share one forward pass: the real tokens
+are run once without gradient into a KV cache (their logits give c_t), then all pad groups are run after
+that cache with a mask where slot j of group g sees x_0..x_{i_g-1} and slots 1..j of its own group.
+
+Model: the gated LoRA + pad embedding of paradec/lud.py (real positions keep the base weights exactly).
+Loss: mean cross-entropy over the labelled pad slots. AdamW, cosine schedule, checkpoint every
+`--ckpt-every` steps (model, optimizer, RNG, step) so an interrupted run resumes; the parameters are
+written to `--out` (default <model>/lud/) with a README card.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from ..lud import LUDAdapter, LUDConfig, base_signature, pad_group_mask
+
+IGNORE = -100
+
+
+@dataclass
+class LUDTrainConfig:
+    k: int = 4
+    alpha: float = 0.9
+    steps: int = 300
+    rank: int = 16
+    scale: float = 2.0
+    batch: int = 4
+    window: int = 192
+    cuts: int = 48
+    lr: float = 2e-3
+    warmup: int = 20
+    greedy: int = 64
+    greedy_tokens: int = 80
+    chat_fraction: float = 0.5
+    seed: int = 0
+    ckpt_every: int = 20
+    max_docs: int = 0          # 0 = the whole corpus
+
+
+# ---------------------------------------------------------------- labels
+
+def unit_labels(tokens: torch.Tensor, conf: torch.Tensor, cuts: list[int], slots: int, alpha: float,
+                stop_id: int) -> torch.Tensor:
+    """Labels (len(cuts) * slots,) for the pad slots of each cut (the rule in the module docstring).
+
+    tokens: (L,) window; conf: (L,) with conf[t] = p_base(tokens[t] | tokens[:t]) (conf[0] unused).
+    """
+    L = len(tokens)
+    labels = torch.full((len(cuts), slots), IGNORE, dtype=torch.long)
+    for g, i in enumerate(cuts):
+        ok = bool(conf[i] > alpha)
+        for j in range(1, slots + 1):
+            if i + j > L - 1:
+                break
+            ok = ok and bool(conf[i + j] > alpha)
+            if ok:
+                labels[g, j - 1] = int(tokens[i + j])
+            else:
+                labels[g, j - 1] = stop_id
+                break
+    return labels.view(-1)
+
+
+def choose_cuts(conf: torch.Tensor, n: int, alpha: float, rng: random.Random) -> list[int]:
+    L = len(conf)
+    starts = [i for i in range(1, L - 2) if conf[i] > alpha and conf[i + 1] > alpha]
+    pool = list(range(1, L - 1))
+    n_pos = min(len(starts), n // 2)
+    cuts = set(rng.sample(starts, n_pos)) if n_pos else set()
+    rest = [i for i in pool if i not in cuts]
+    cuts |= set(rng.sample(rest, min(len(rest), n - len(cuts))))
+    return sorted(cuts)
+
+
+# ---------------------------------------------------------------- text
+
+def _token_streams(engine, cfg: LUDTrainConfig, log) -> tuple[dict[str, list[int]], list]:
+    """(token streams, chats): streams 'raw' and 'chat' from the default corpus (shuffled documents, eos between them)."""
+    from . import corpus as C
+    tok = engine.tokenizer
+    corp = C.build_corpus()
+    rng = random.Random(cfg.seed)
+    raw = list(corp.train_raw)
+    chats = list(corp.train_chat)
+    rng.shuffle(raw)
+    rng.shuffle(chats)
+    if cfg.max_docs:
+        raw, chats = raw[:cfg.max_docs], chats[:cfg.max_docs * 10]
+    eos = next(iter(engine.eos_ids), tok.eos_token_id)
+    out = {"raw": [], "chat": []}
+    for t in raw:
+        out["raw"] += tok(t, add_special_tokens=False)["input_ids"] + [eos]
+    for c in chats:
+        if engine.has_chat_template:
+            text = tok.apply_chat_template(c, tokenize=False)
+        else:
+            text = "\n".join(m["content"] for m in c)
+        out["chat"] += tok(text, add_special_tokens=False)["input_ids"] + [eos]
+    log(f"corpus: raw {len(out['raw']):,} tokens, chat {len(out['chat']):,} tokens")
+    return out, chats
+
+
+@torch.no_grad()
+def greedy_texts(engine, chats: list[list[dict]], n: int, max_new: int, batch: int = 16) -> list[list[int]]:
+    """Prompt + the base model's greedy answer, as token lists, for the first n chat conversations."""
+    rows = []
+    for c in chats:
+        if len(rows) >= n:
+            break
+        if c and c[-1]["role"] == "assistant":
+            rows.append(engine.encode_messages(c[:-1]))
+    out = []
+    for b in range(0, len(rows), batch):
+        part = rows[b:b + batch]
+        logits, cache, mask, pos = engine.prefill_batch(part)
+        gen = [[] for _ in part]
+        alive = torch.ones(len(part), dtype=torch.bool)
+        for _ in range(max_new):
+            tok = logits.argmax(-1)
+            for r in range(len(part)):
+                if alive[r]:
+                    gen[r].append(int(tok[r]))
+                    if int(tok[r]) in engine.eos_ids:
+                        alive[r] = False
+            if not alive.any():
+                break
+            logits, mask = engine.decode_batch(tok, cache, mask, pos)
+            pos = pos + 1
+        out += [p + g for p, g in zip(part, gen)]
+    return out
+
+
+# ---------------------------------------------------------------- training
+
+def _lr(step: int, cfg: LUDTrainConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    p = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def sample_window(streams, greedy, cfg: LUDTrainConfig, rng: random.Random) -> list[int]:
+    if greedy and rng.random() < 0.25:
+        g = rng.choice(greedy)
+        return g[-cfg.window:]
+    kind = "chat" if rng.random() < cfg.chat_fraction and streams["chat"] else "raw"
+    arr = streams[kind] or streams["raw"] or streams["chat"]
+    start = rng.randrange(0, max(1, len(arr) - cfg.window))
+    return arr[start:start + cfg.window]
+
+
+def window_loss(engine, adapter: LUDAdapter, window: list[int], cfg: LUDTrainConfig, rng: random.Random,
+                stop_id: int) -> tuple[torch.Tensor | None, dict]:
+    """Loss of one window: base pass for confidences and the cache, then all pad groups with gradient."""
+    model = engine.model
+    x = torch.tensor(window, device=engine.device)
+    L, slots = len(window), cfg.k - 1
+    with torch.no_grad():
+        cache = engine.new_cache()
+        logits = model(input_ids=x[None], past_key_values=cache, use_cache=True).logits[0].float()
+        probs = torch.softmax(logits[:-1], -1)
+        conf = torch.zeros(L)
+        conf[1:] = probs.gather(-1, x[1:, None])[:, 0].cpu()
+    cuts = choose_cuts(conf, cfg.cuts, cfg.alpha, rng)
+    labels = unit_labels(x.cpu(), conf, cuts, slots, cfg.alpha, stop_id).to(engine.device)
+    stats = {"labelled": int((labels != IGNORE).sum()), "unit": int(((labels != IGNORE) & (labels != stop_id)).sum()),
+             "conf_frac": float((conf[1:] > cfg.alpha).float().mean())}
+    if stats["labelled"] == 0:
+        return None, stats
+    Q = len(cuts) * slots
+    ids = torch.full((1, Q), engine.pad_id, dtype=torch.long, device=engine.device)
+    pos = torch.tensor([[i - 1 + j for i in cuts for j in range(1, slots + 1)]], device=engine.device)
+    allowed = pad_group_mask(L, cuts, slots, device=engine.device)
+    neg = torch.finfo(engine.dtype).min
+    mask = torch.zeros(allowed.shape, dtype=engine.dtype, device=engine.device).masked_fill(~allowed, neg)[None, None]
+    gate = torch.ones(1, Q, dtype=torch.bool)
+    with adapter.applied(model, gate):
+        out = model(input_ids=ids, past_key_values=cache, position_ids=pos, attention_mask=mask, use_cache=True)
+    loss = torch.nn.functional.cross_entropy(out.logits[0].float(), labels, ignore_index=IGNORE)
+    with torch.no_grad():
+        sel = (labels != IGNORE)
+        pred = out.logits[0].argmax(-1)[sel]
+        stats["acc"] = float((pred == labels[sel]).float().mean())
+        unit = labels[sel] != stop_id
+        stats["unit_acc_n"] = (int((pred[unit] == labels[sel][unit]).sum()), int(unit.sum()))
+    return loss, stats
+
+
+def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, progress: bool = True) -> dict:
+    """Train (or resume) LUD parameters for `engine`'s model; writes them to out_dir and returns a summary."""
+    from tqdm import tqdm
+    out_dir = Path(out_dir)
+    own_work = work_dir is None
+    work = Path(work_dir) if work_dir else out_dir / ".checkpoint"
+    work.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    model = engine.model
+    model.eval().requires_grad_(False)
+    lcfg = LUDConfig(rank=cfg.rank, scale=cfg.scale, k=cfg.k, alpha=cfg.alpha, base=base_signature(model))
+    adapter = LUDAdapter(model, lcfg).to(engine.device)
+    stop_id = adapter.config.stop_id     # the STOP class: one past the vocabulary
+    opt = torch.optim.AdamW(adapter.parameters(), lr=cfg.lr, weight_decay=0.0)
+    rng = random.Random(cfg.seed)
+    state = {"step": 0, "elapsed_s": 0.0, "history": []}
+    ckpt = work / "lud_checkpoint.pt"
+    data_file = work / "lud_data.pt"
+    if data_file.exists():
+        data = torch.load(data_file, weights_only=False)
+        streams, greedy = data["streams"], data["greedy"]
+    else:
+        t0 = time.time()
+        streams, chats = _token_streams(engine, cfg, log)
+        greedy = greedy_texts(engine, chats, cfg.greedy, cfg.greedy_tokens) if cfg.greedy else []
+        torch.save({"streams": streams, "greedy": greedy}, data_file)
+        log(f"data: {len(greedy)} greedy answers, built in {time.time() - t0:.0f}s")
+    if ckpt.exists():
+        saved = torch.load(ckpt, weights_only=False)
+        adapter.load_state_dict(saved["adapter"])
+        opt.load_state_dict(saved["opt"])
+        rng.setstate(saved["rng"])
+        state = saved["state"]
+        log(f"resumed at step {state['step']}")
+    n_params = sum(p.numel() for p in adapter.parameters())
+    log(f"LUD adapter: {n_params / 1e6:.2f}M parameters, k={cfg.k}, alpha={cfg.alpha}, {cfg.steps} steps")
+    adapter.train()
+    bar = tqdm(total=cfg.steps, initial=state["step"], desc="train lud", file=sys.stderr, disable=not progress)
+    t_last = time.time()
+    recent: list[dict] = []
+    while state["step"] < cfg.steps:
+        step = state["step"]
+        for g in opt.param_groups:
+            g["lr"] = _lr(step, cfg)
+        losses, stats = [], []
+        for _ in range(cfg.batch):
+            loss, st = window_loss(engine, adapter, sample_window(streams, greedy, cfg, rng), cfg, rng, stop_id)
+            stats.append(st)
+            if loss is not None:
+                (loss / cfg.batch).backward()
+                losses.append(loss.item())
+        torch.nn.utils.clip_grad_norm_(adapter.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        state["step"] += 1
+        now = time.time()
+        state["elapsed_s"] += now - t_last
+        t_last = now
+        rec = {"step": state["step"], "loss": sum(losses) / max(1, len(losses)),
+               "acc": sum(s.get("acc", 0) for s in stats) / max(1, len(stats)),
+               "unit_labels": sum(s["unit"] for s in stats), "labelled": sum(s["labelled"] for s in stats),
+               "unit_hits": sum(s.get("unit_acc_n", (0, 0))[0] for s in stats)}
+        recent.append(rec)
+        bar.update(1)
+        bar.set_postfix(loss=f"{rec['loss']:.3f}", acc=f"{rec['acc']:.2f}")
+        if state["step"] % cfg.ckpt_every == 0 or state["step"] == cfg.steps:
+            n = len(recent)
+            state["history"].append({"step": state["step"], "loss": round(sum(r["loss"] for r in recent) / n, 4),
+                                     "acc": round(sum(r["acc"] for r in recent) / n, 4),
+                                     "unit_share": round(sum(r["unit_labels"] for r in recent)
+                                                         / max(1, sum(r["labelled"] for r in recent)), 4),
+                                     "unit_acc": round(sum(r["unit_hits"] for r in recent)
+                                                       / max(1, sum(r["unit_labels"] for r in recent)), 4),
+                                     "elapsed_s": round(state["elapsed_s"], 1)})
+            recent = []
+            tmp = work / "lud_checkpoint.tmp"
+            torch.save({"adapter": adapter.state_dict(), "opt": opt.state_dict(), "rng": rng.getstate(),
+                        "state": state, "config": asdict(cfg)}, tmp)
+            tmp.replace(ckpt)
+            adapter.save(out_dir, {"config": asdict(cfg), "history": state["history"],
+                                   "steps_done": state["step"], "train_time_s": round(state["elapsed_s"], 1)})
+            t_last = time.time()
+    bar.close()
+    summary = {"config": asdict(cfg), "history": state["history"], "steps_done": state["step"],
+               "train_time_s": round(state["elapsed_s"], 1), "adapter_parameters": n_params,
+               "base": base_signature(model), "torch": torch.__version__,
+               "hardware": f"{engine.device}, {torch.get_num_threads()} thread(s)"}
+    adapter.eval().requires_grad_(False)
+    adapter.save(out_dir, summary)
+    write_card(out_dir, summary)
+    if own_work:
+        shutil.rmtree(work, ignore_errors=True)
+    engine.extras["lud"] = adapter
+    log(f"saved LUD parameters to {out_dir}")
+    return summary
+
+
+def write_card(out_dir, summary: dict, sweep_md: str | None = None) -> Path:
+    """README.md for a LUD parameter folder, written from the run's own figures."""
+    out_dir = Path(out_dir)
+    cfg, hist = summary["config"], summary.get("history") or []
+    first, last = (hist[0], hist[-1]) if hist else ({}, {})
+    lines = [
+        f"# LUD parameters for {summary['base'].get('name') or 'the model'}", "",
+        "Lexical Unit Decoding (Sun et al., LREC-COLING 2024, arXiv 2405.15208): a LoRA adapter gated to k-1",
+        "padding slots after the last real token, plus a learned pad embedding. Real tokens keep the base",
+        "model's weights exactly; the pad slots predict the following tokens, accepted while their",
+        "confidence exceeds the strategy's threshold (strategy `lud`, lossy).", "",
+        "- made by: `python -m paradec train lud --model <model>` (paradec/training/lud_train.py)",
+        f"- k = {cfg['k']} (1 real + {cfg['k'] - 1} pad slots), lexical-unit confidence alpha = {cfg['alpha']}",
+        f"- LoRA rank {cfg['rank']}, scale {cfg['scale']}, on attention q/k/v/o and MLP projections of every layer; "
+        f"{summary.get('adapter_parameters', 0) / 1e6:.2f}M trainable parameters",
+        f"- data: windows of {cfg['window']} tokens from the standard-library corpus (raw text and chat examples) "
+        f"and {cfg['greedy']} greedy answers of the base model; {cfg['cuts']} cut points per window",
+        f"- training: {summary['steps_done']} steps x {cfg['batch']} windows, lr {cfg['lr']}, "
+        f"{summary['train_time_s'] / 60:.1f} min on {summary.get('hardware', 'CPU')}",
+    ]
+    if hist:
+        lines.append(f"- pad-slot loss {first['loss']:.3f} (first {hist[0]['step']} steps) -> {last['loss']:.3f} "
+                     f"(last logged), pad-slot label accuracy {first['acc']:.2f} -> {last['acc']:.2f}")
+    lines += ["", "Files: `adapter.safetensors` (LoRA A/B per module, `pad_embedding`, STOP head), `lud_config.json`.", ""]
+    if sweep_md:
+        lines += ["## Threshold sweep", "", sweep_md.strip(), ""]
+    path = out_dir / "README.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+# ---------------------------------------------------------------- command
+
+def build_parser() -> argparse.ArgumentParser:
+    d = LUDTrainConfig()
+    p = argparse.ArgumentParser(prog="python -m paradec train lud",
+                                description="train Lexical Unit Decoding parameters (gated LoRA + pad embedding)")
+    p.add_argument("--model", help="local model folder or hub id (default: the shipped paradec-tiny)")
+    p.add_argument("--k", type=int, default=d.k, help="tokens per pass: 1 real + k-1 pad slots")
+    p.add_argument("--alpha", type=float, default=d.alpha, help="lexical-unit confidence threshold for the data")
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--rank", type=int, default=d.rank)
+    p.add_argument("--batch", type=int, default=d.batch, help="windows per step")
+    p.add_argument("--window", type=int, default=d.window, help="tokens per window")
+    p.add_argument("--cuts", type=int, default=d.cuts, help="cut points per window")
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--greedy", type=int, default=d.greedy, help="greedy base-model answers added to the data")
+    p.add_argument("--max-docs", type=int, default=0, help="use only this many corpus documents (0 = all)")
+    p.add_argument("--ckpt-every", type=int, default=d.ckpt_every)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--out", help="output folder (default <model>/lud)")
+    p.add_argument("--work", help="checkpoint folder (default <out>/.checkpoint, removed when training ends)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, help="CPU threads for torch")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def train_lud_main(argv: list[str]) -> int:
+    """`python -m paradec train lud ...` -> exit status."""
+    from ..engine import Engine, ModelError, resolve_model
+    args = build_parser().parse_args(argv)
+    if args.k < 2:
+        print("error: --k must be at least 2 (one real token plus at least one pad slot)", file=sys.stderr)
+        return 2
+    if not 0.0 < args.alpha < 1.0:
+        print("error: --alpha must be between 0 and 1", file=sys.stderr)
+        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        engine = Engine.load(args.model, device=args.device, dtype="float32")
+        path, local = resolve_model(args.model)
+    except ModelError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.out:
+        out = Path(args.out)
+    elif local:
+        out = Path(path) / "lud"
+    else:
+        print("error: the model is not a local folder; pass --out DIR for the parameters", file=sys.stderr)
+        return 2
+    cfg = LUDTrainConfig(k=args.k, alpha=args.alpha, steps=args.steps, rank=args.rank, batch=args.batch,
+                         window=args.window, cuts=args.cuts, lr=args.lr, greedy=args.greedy, seed=args.seed,
+                         ckpt_every=args.ckpt_every, max_docs=args.max_docs, warmup=min(20, max(1, args.steps // 10)))
+    summary = train_lud(engine, cfg, out, args.work, log=lambda m: print(m, file=sys.stderr),
+                        progress=not args.no_progress)
+    print(json.dumps({"out": str(out), "steps": summary["steps_done"], "train_time_s": summary["train_time_s"],
+                      "final": summary["history"][-1] if summary["history"] else None}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(train_lud_main(sys.argv[1:]))

@@ -1,0 +1,518 @@
+"""Train a PTP adapter (`paradec.ptp`) for any Llama-style model: `python -m paradec train ptp --model M`.
+
+Distillation (the default, O-PTP): the base model writes completions for prompts - the default corpus
+(standard-library chat questions and source-code openings, paradec.training.corpus) or a prompt file given
+with --data - once with its processed sampling distribution (the paper's T 0.7, top-k 50, top-p 0.95) and once
+greedily. At temperature 0 the argmax bin is all of [0, 1), so greedy completions teach the drafter what
+greedy `ptp` needs: the argmax whatever u is. The completions are cached on disk (`<work>/teacher.pt`) so a
+re-run skips them.
+
+Each training step takes a batch of prompt+completion rows, runs them through the frozen base once (no
+gradient: it yields the KV cache and the teacher's distributions), picks `--blocks` block starts per row and
+appends K = --block auxiliary slots per block. For the token t_k a slot targets, u is drawn inside its CDF bin
+[F(t-1), F(t)) under the teacher's processed distribution, as lo + z (hi - lo) with z ~ Beta(0.3, 0.3) (bin
+edges are where drafting is hardest). The slots then run through the model with the gated LoRA on,
+attending to their context and their own block's earlier slots, and the loss is the cross-entropy of slot k
+against t_k. Only the adapter (u embedding + LoRA) learns.
+
+Teacher-free (--teacher-free, C-PTP): plain text instead of completions; u's of the data tokens come from the
+base model's own CDF (temperature 1); slot k is shown u_1..u_{k-1} but not u_k and learns the distribution
+of t_k.
+
+Held-out tokens per pass: on held-out completions, u uniform inside each bin (the paper's evaluation), a
+block's drafts of tokens 2..K are accepted up to the first wrong one, plus the base's token: the figure a
+fused `ptp` pass gains with all branches. It is measured every --eval-every steps and stored in the adapter
+config as "curve". Checkpoints every --ckpt-every steps (adapter, optimizer, step, curve) make an
+interrupted run resume; the adapter folder is rewritten at every checkpoint.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from .. import ptp as P
+from ..sampling import SamplingParams, pick, process
+
+TEACHER_SP = SamplingParams(0.7, 50, 0.95)
+PLAIN_SP = SamplingParams(1.0, 0, 1.0)
+
+
+# ---------------------------------------------------------------- prompts
+
+def corpus_prompts(engine, n: int, seed: int, split: str = "train") -> list[list[int]]:
+    """n prompts from the default corpus: half chat questions, half openings of standard-library source."""
+    from . import corpus as C
+    corp = C.build_corpus()
+    rng = random.Random(seed)
+    chats = list(corp.train_chat if split == "train" else corp.val_chat)
+    raws = list(corp.train_raw if split == "train" else corp.val_raw)
+    out = []
+    for _ in range(n // 2):
+        conv = rng.choice(chats)
+        out.append(engine.encode_messages(conv[:-1]))
+    while len(out) < n:
+        text = rng.choice(raws)
+        lines = text.splitlines(keepends=True)
+        if len(lines) < 4:
+            continue
+        at = rng.randrange(len(lines))
+        while at < len(lines) and not lines[at].lstrip().startswith(("def ", "class ", "#", "\"\"\"", "import ")):
+            at += 1
+        window = "".join(lines[max(0, at - 2):at + 4])
+        ids = engine.tokenizer(window, add_special_tokens=True)["input_ids"][:64]
+        if len(ids) >= 8:
+            out.append(ids)
+    return out
+
+
+def file_prompts(engine, path: Path) -> list[list[int]]:
+    """Prompts from a file: JSONL with "prompt" (raw text) or "messages", else one prompt per line (\\n escapes)."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("{"):
+            obj = json.loads(line)
+            if obj.get("messages"):
+                out.append(engine.encode_messages(obj["messages"]))
+            elif obj.get("chat", True) and engine.has_chat_template:
+                out.append(engine.encode_messages([{"role": "user", "content": obj["prompt"]}]))
+            else:
+                out.append(engine.tokenizer(obj["prompt"], add_special_tokens=True)["input_ids"])
+        else:
+            out.append(engine.tokenizer(line.replace("\\n", "\n"), add_special_tokens=True)["input_ids"])
+    if not out:
+        raise SystemExit(f"{path}: no prompts found")
+    return out
+
+
+def text_rows(engine, texts: list[str], seq: int, n: int, seed: int) -> list[dict]:
+    """Teacher-free rows: n windows of `seq` tokens from texts (a short lead as context, the rest as targets)."""
+    rng = random.Random(seed)
+    ids = []
+    for t in texts:
+        ids.extend(engine.tokenizer(t, add_special_tokens=False)["input_ids"])
+        ids.extend(sorted(engine.eos_ids)[:1])
+    if len(ids) < seq + 1:
+        raise SystemExit(f"not enough text for teacher-free training ({len(ids)} tokens; need > {seq})")
+    rows = []
+    for _ in range(n):
+        s = rng.randrange(0, len(ids) - seq)
+        rows.append({"prompt": ids[s:s + 8], "completion": ids[s + 8:s + seq], "greedy": False})
+    return rows
+
+
+# ---------------------------------------------------------------- teacher completions
+
+@torch.inference_mode()
+def generate(engine, prompts: list[list[int]], max_new: int, sp: SamplingParams, seed: int,
+             batch: int = 16, progress=None) -> list[list[int]]:
+    """Completions of `prompts` by the engine itself (batched, left-padded), ending at EOS (kept) or max_new."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for b in range(0, len(prompts), batch):
+        rows = prompts[b:b + batch]
+        logits, cache, mask, pos = engine.prefill_batch(rows)
+        done = [False] * len(rows)
+        comps: list[list[int]] = [[] for _ in rows]
+        for _ in range(max_new):
+            if sp.greedy:
+                tok = logits.argmax(-1)
+            else:
+                u = torch.rand(len(rows), generator=gen, dtype=torch.float64)
+                tok = pick(process(logits, sp), u.to(logits.device))
+            for i, t in enumerate(tok.tolist()):
+                if not done[i]:
+                    comps[i].append(t)
+                    done[i] = t in engine.eos_ids
+            if all(done):
+                break
+            logits, mask = engine.decode_batch(tok, cache, mask, pos)
+            pos = pos + 1
+        out.extend(comps)
+        if progress is not None:
+            progress.update(len(rows))
+    return out
+
+
+def teacher_rows(engine, prompts: list[list[int]], max_new: int, seed: int, cache_file: Path, label: str,
+                 batch: int = 16) -> list[dict]:
+    """One sampled (T 0.7, top-k 50, top-p 0.95) and one greedy completion per prompt, cached in cache_file."""
+    from tqdm import tqdm
+    key = {"model": engine.name, "n": len(prompts), "max_new": max_new, "seed": seed,
+           "prompts_hash": hash(tuple(tuple(p) for p in prompts)) & 0xFFFFFFFF}
+    if cache_file.exists():
+        saved = torch.load(cache_file)
+        if saved.get("key") == key:
+            return saved["rows"]
+    rows = []
+    with tqdm(total=2 * len(prompts), desc=f"teacher completions ({label})", file=sys.stderr,
+              mininterval=5) as bar:
+        for greedy, sp in ((False, TEACHER_SP), (True, SamplingParams())):
+            comps = generate(engine, prompts, max_new, sp, seed + int(greedy), batch, bar)
+            rows += [{"prompt": p, "completion": c, "greedy": greedy} for p, c in zip(prompts, comps) if c]
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"key": key, "rows": rows}, cache_file)
+    return rows
+
+
+# ---------------------------------------------------------------- batches
+
+def _decoder(model):
+    return model.base_model if model.base_model is not model else model.model
+
+
+def build_batch(rows: list[dict], block: int, blocks: int, gen: random.Random, max_len: int) -> dict:
+    """Right-padded real tokens plus the slot layout: for each row `blocks` block starts in its completion."""
+    B = len(rows)
+    seqs, ends, tgt_pos = [], [], []
+    for r in rows:
+        prompt, comp = list(r["prompt"]), list(r["completion"])
+        keep = max(1, max_len - block - len(comp))
+        prompt = prompt[-keep:]
+        seq = (prompt + comp)[:max_len - block]
+        n_comp = len(seq) - len(prompt)
+        starts = [gen.randrange(0, max(1, n_comp)) for _ in range(blocks)]
+        seqs.append(seq)
+        ends.append([len(prompt) - 1 + s for s in starts])      # index of each block's last context token
+    L = max(len(s) for s in seqs)
+    Q = blocks * block
+    ids = torch.zeros(B, L, dtype=torch.long)
+    pred = torch.zeros(B, Q, dtype=torch.long)        # real index whose distribution each slot's target has
+    target = torch.full((B, Q), -100, dtype=torch.long)
+    pos = torch.zeros(B, Q, dtype=torch.long)
+    allowed = torch.zeros(B, Q, L + Q, dtype=torch.bool)
+    tri = torch.ones(block, block, dtype=torch.bool).tril()
+    for i, (seq, es) in enumerate(zip(seqs, ends)):
+        ids[i, :len(seq)] = torch.tensor(seq)
+        for b, e in enumerate(es):
+            q = slice(b * block, (b + 1) * block)
+            a = torch.arange(block)
+            pos[i, q] = e + a
+            pred[i, q] = (e + a).clamp_max(len(seq) - 1)
+            t = e + 1 + a
+            seq_t = torch.tensor(seq)
+            target[i, q] = torch.where(t < len(seq), seq_t[t.clamp_max(len(seq) - 1)], torch.full_like(t, -100))
+            allowed[i, q, :e + 1] = True
+            allowed[i, q, L + b * block:L + (b + 1) * block] = tri
+    greedy = torch.tensor([bool(r["greedy"]) for r in rows])
+    return {"ids": ids, "pred": pred, "target": target, "pos": pos, "allowed": allowed, "greedy": greedy,
+            "block": block, "L": L}
+
+
+def slot_bins(logits: torch.Tensor, target: torch.Tensor, greedy: torch.Tensor, sp: SamplingParams):
+    """CDF bins [lo, hi) of each target token under the processed teacher distribution. logits (B, Q, V)."""
+    B, Q, V = logits.shape
+    lo = torch.zeros(B, Q, dtype=torch.float64)
+    hi = torch.zeros(B, Q, dtype=torch.float64)
+    t = target.clamp_min(0)
+    for g in (False, True):
+        rows = (greedy == g).nonzero().flatten()
+        if len(rows) == 0:
+            continue
+        probs = process(logits[rows], SamplingParams() if g else sp).double()
+        cdf = probs.cumsum(-1) / probs.sum(-1, keepdim=True)
+        hi_g = cdf.gather(-1, t[rows].unsqueeze(-1)).squeeze(-1)
+        lo_g = hi_g - (probs / probs.sum(-1, keepdim=True)).gather(-1, t[rows].unsqueeze(-1)).squeeze(-1)
+        lo[rows], hi[rows] = lo_g.clamp_min(0).cpu(), hi_g.clamp_max(1).cpu()
+    valid = (target >= 0) & (hi > lo)
+    return lo, hi, valid
+
+
+def draw_u(lo, hi, gen: torch.Generator, beta: bool) -> torch.Tensor:
+    if beta:
+        z = torch.distributions.Beta(0.3, 0.3).sample(lo.shape)   # uses torch's global RNG (seeded by train)
+    else:
+        z = torch.rand(lo.shape, generator=gen, dtype=torch.float64)
+    u = lo + z.double() * (hi - lo)
+    return u.clamp(0.0, float(torch.tensor(1.0).nextafter(torch.tensor(0.0))))
+
+
+def slot_embeds(ad: P.PTPAdapter, u: torch.Tensor, greedy: torch.Tensor, block: int) -> torch.Tensor:
+    """(B, Q) u's -> (B, Q, hidden) slot inputs (O: u_k at slot k; C: u_{k-1}, slot 1 the start vector)."""
+    B, Q = u.shape
+    g = greedy[:, None].expand(B, Q)
+    if ad.mode == "O":
+        return ad.embed_u(u.float(), g.to(ad.u_base.device))
+    ub = u.view(B, Q // block, block)
+    shifted = torch.cat([torch.zeros_like(ub[..., :1]), ub[..., :-1]], -1).reshape(B, Q)
+    start = torch.zeros(B, Q // block, block, dtype=torch.bool)
+    start[..., 0] = True
+    return ad.embed_u(shifted.float(), g.to(ad.u_base.device), start.reshape(B, Q).to(ad.u_base.device))
+
+
+def forward_slots(engine, ad: P.PTPAdapter, batch: dict, sp: SamplingParams, u_gen: torch.Generator,
+                  beta: bool, grad: bool):
+    """Base pass over the real tokens (no grad), bins, then the slots with the LoRA. -> (slot logits, batch)."""
+    model = engine.model
+    dev = engine.device
+    dec, head = _decoder(model), model.get_output_embeddings()
+    ids = batch["ids"].to(dev)
+    cache = engine.new_cache()
+    with torch.no_grad():
+        h = dec(input_ids=ids, past_key_values=cache, use_cache=True).last_hidden_state
+        idx = batch["pred"].to(dev)
+        teach = head(h.gather(1, idx.unsqueeze(-1).expand(-1, -1, h.shape[-1]))).float()
+    lo, hi, valid = slot_bins(teach, batch["target"], batch["greedy"], sp)
+    u = draw_u(lo, hi, u_gen, beta)
+    emb = slot_embeds(ad, u, batch["greedy"], batch["block"]).to(engine.dtype)
+    mask = engine.additive(batch["allowed"].to(dev))          # (B, 1, Q, L + Q)
+    ctx = torch.enable_grad() if grad else torch.no_grad()
+    with ctx, ad.gated("all"):
+        hs = dec(inputs_embeds=emb, past_key_values=cache, position_ids=batch["pos"].to(dev),
+                 attention_mask=mask, use_cache=True).last_hidden_state
+        logits = head(hs).float()
+    return logits, valid.to(dev), u, teach
+
+
+def loss_fn(logits, batch, valid) -> torch.Tensor:
+    tgt = batch["target"].to(logits.device).masked_fill(~valid, -100)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1),
+                                             ignore_index=-100)
+
+
+@torch.no_grad()
+def evaluate(engine, ad, rows: list[dict], block: int, sp: SamplingParams, seed: int = 1234) -> dict:
+    """Held-out tokens per pass (1 + leading correct drafts of tokens 2..K, u uniform in its bin), per mode."""
+    gen = random.Random(seed)
+    u_gen = torch.Generator().manual_seed(seed)
+    res = {}
+    for greedy in (True, False):
+        sel = [r for r in rows if bool(r["greedy"]) == greedy]
+        if not sel:
+            continue
+        taus, first = [], []
+        for b in range(0, len(sel), 8):
+            batch = build_batch(sel[b:b + 8], block, 2, gen, 448)
+            logits, valid, u, teach = forward_slots(engine, ad, batch, sp, u_gen, beta=False, grad=False)
+            if ad.mode == "O" or greedy:
+                draft = logits.argmax(-1)
+            else:
+                draft = pick(process(logits, sp if not greedy else SamplingParams()), u.to(logits.device))
+            ok = (draft == batch["target"].to(draft.device)) & valid
+            ok = ok.view(ok.shape[0], -1, block)
+            live = batch["target"].view(ok.shape[0], -1, block)[..., 0] >= 0
+            lead = ok[..., 1:].long().cumprod(-1).sum(-1) + 1
+            taus += lead[live].tolist()
+            first += ok[..., 0][live].float().tolist()
+        res["greedy" if greedy else "sampled"] = round(sum(taus) / max(1, len(taus)), 4)
+        res[("greedy" if greedy else "sampled") + "_slot1_acc"] = round(sum(first) / max(1, len(first)), 4)
+    return res
+
+
+# ---------------------------------------------------------------- the run
+
+def structure(ad: P.PTPAdapter) -> dict:
+    """What a checkpoint must match to be resumed (not the run's metadata)."""
+    return {"rank": ad.rank, "alpha": ad.alpha, "block": ad.block, "mode": ad.mode, "modules": ad.names,
+            "hidden": ad.hidden}
+
+
+def _save_ckpt(path: Path, state: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def train(args) -> Path:
+    from tqdm import tqdm
+
+    from ..engine import Engine
+    torch.manual_seed(args.seed)
+    engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
+    for prm in engine.model.parameters():
+        prm.requires_grad_(False)
+    mdir = P.model_dir(engine)
+    out = Path(args.out) if args.out else (mdir / P.ADAPTER_DIR if mdir else Path(f"{engine.name}-ptp"))
+    work = Path(args.work) if args.work else Path(__file__).resolve().parents[2] / "data" / "work" / \
+        f"{engine.name}-ptp{'-c' if args.teacher_free else ''}"
+    work.mkdir(parents=True, exist_ok=True)
+    max_len = min(engine.context_length, 512)
+    t0 = time.time()
+    if args.teacher_free:
+        sp = PLAIN_SP
+        if args.data:
+            text = Path(args.data).read_text(encoding="utf-8")
+            cut = int(len(text) * 0.95)
+            tr_texts, va_texts = [text[:cut]], [text[cut:]]
+        else:
+            from . import corpus as C
+            corp = C.build_corpus()
+            tr_texts, va_texts = corp.train_raw, corp.val_raw
+        rows = text_rows(engine, tr_texts, args.gen_tokens + 8, 4 * args.prompts, args.seed)
+        held = text_rows(engine, va_texts, args.gen_tokens + 8, args.eval_prompts, args.seed + 1)
+        data_desc = f"teacher-free (C-PTP): {'text of ' + str(args.data) if args.data else 'default corpus text'}"
+    else:
+        sp = TEACHER_SP
+        if args.data:
+            prompts = file_prompts(engine, Path(args.data))
+            random.Random(args.seed).shuffle(prompts)
+            n_held = max(1, min(args.eval_prompts, len(prompts) // 10))
+            tr_p, va_p = prompts[n_held:] or prompts, prompts[:n_held]
+        else:
+            tr_p = corpus_prompts(engine, args.prompts, args.seed, "train")
+            va_p = corpus_prompts(engine, args.eval_prompts, args.seed + 1, "val")
+        rows = teacher_rows(engine, tr_p, args.gen_tokens, args.seed, work / "teacher.pt", "train")
+        held = teacher_rows(engine, va_p, args.gen_tokens, args.seed + 7, work / "teacher_heldout.pt", "held-out")
+        data_desc = (f"distillation: {len(tr_p)} prompts from {args.data or 'the default corpus (chat questions and stdlib source openings)'}"
+                     f", one sampled (T 0.7, top-k 50, top-p 0.95) and one greedy completion each, "
+                     f"up to {args.gen_tokens} tokens; {len(va_p)} held-out prompts")
+    gen_minutes = (time.time() - t0) / 60
+
+    ckpt = work / "checkpoint.pt"
+    ad = P.PTPAdapter.for_model(engine.model, rank=args.rank, block=args.block,
+                                mode="C" if args.teacher_free else "O")
+    opt = torch.optim.AdamW([q for q in ad.parameters()], lr=args.lr, weight_decay=0.0)
+    step, curve, elapsed = 0, [], 0.0
+    if ckpt.exists():
+        st = torch.load(ckpt)
+        if st["config"] == structure(ad):
+            ad.load_state_dict(st["adapter"])
+            opt.load_state_dict(st["opt"])
+            step, curve, elapsed = st["step"], st["curve"], st["elapsed"]
+            torch.set_rng_state(st["torch_rng"])
+            print(f"resuming from step {step} ({ckpt})", file=sys.stderr)
+    ad.attach(engine.model)
+    gen = random.Random(args.seed * 1000 + step)
+    u_gen = torch.Generator().manual_seed(args.seed + step)
+
+    def lr_at(s):
+        if s < args.warmup:
+            return args.lr * (s + 1) / args.warmup
+        frac = (s - args.warmup) / max(1, args.steps - args.warmup)
+        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+    def save(final=False):
+        ad.meta.update({
+            "base_model": engine.name, "trained_with": "python -m paradec train ptp " + " ".join(args.argv),
+            "steps": step, "train_minutes": round(elapsed / 60, 2), "teacher_minutes": round(gen_minutes, 2),
+            "hardware": f"{platform.machine()} {platform.processor() or ''} {engine.device}, "
+                        f"{torch.get_num_threads()} thread(s)".strip(),
+            "data": data_desc, "teacher_sampling": {"temperature": sp.temperature, "top_k": sp.top_k,
+                                                    "top_p": sp.top_p},
+            "lr": args.lr, "batch": args.batch, "blocks_per_row": args.blocks,
+            "curve": curve, "heldout_tokens_per_pass": curve[-1] if curve else None, "complete": final})
+        ad.save(out)
+        _save_ckpt(ckpt, {"config": structure(ad), "adapter": ad.state_dict(),
+                          "opt": opt.state_dict(), "step": step, "curve": curve, "elapsed": elapsed,
+                          "torch_rng": torch.get_rng_state()})
+
+    if not curve:
+        ev = evaluate(engine, ad, held, args.block, sp)
+        curve.append({"step": 0, **ev})
+    deadline = time.time() + args.max_minutes * 60 if args.max_minutes else None
+    bar = tqdm(total=args.steps, initial=step, desc="ptp", file=sys.stderr,
+               mininterval=5)
+    loss_ema = None
+    while step < args.steps:
+        ts = time.time()
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        batch = build_batch([gen.choice(rows) for _ in range(args.batch)], args.block, args.blocks, gen, max_len)
+        logits, valid, _u, _t = forward_slots(engine, ad, batch, sp, u_gen, beta=True, grad=True)
+        loss = loss_fn(logits, batch, valid)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(ad.parameters(), 1.0)
+        opt.step()
+        step += 1
+        elapsed += time.time() - ts
+        lv = float(loss.detach())
+        loss_ema = lv if loss_ema is None else 0.9 * loss_ema + 0.1 * lv
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_ema:.3f}", tau=curve[-1].get("greedy") if curve else None)
+        stop = deadline is not None and time.time() > deadline
+        if step % args.eval_every == 0 or step == args.steps or stop:
+            te = time.time()
+            ev = evaluate(engine, ad, held, args.block, sp)
+            curve.append({"step": step, "loss": round(loss_ema, 4), **ev})
+            elapsed += time.time() - te
+            print(json.dumps(curve[-1]), file=sys.stderr, flush=True)
+        if step % args.ckpt_every == 0 or step == args.steps or stop:
+            save()
+        if stop:
+            print(f"stopping at step {step}: --max-minutes {args.max_minutes} reached", file=sys.stderr)
+            break
+    bar.close()
+    save(final=True)
+    write_card(out, ad.config())
+    print(f"wrote {out}", file=sys.stderr)
+    return out
+
+
+def write_card(folder: Path, cfg: dict) -> Path:
+    """A short README.md card for the adapter, with this run's own figures."""
+    curve = cfg.get("curve") or []
+    last = curve[-1] if curve else {}
+    lines = [f"# PTP adapter for `{cfg.get('base_model')}`", "",
+             "Parallel Token Prediction (Draxler et al., arXiv 2512.21323) adapter for paradec's `ptp` strategy: "
+             f"u embedding (32 float bits -> Linear) and gated LoRA rank {cfg['rank']} on "
+             f"{len(cfg['modules'])} linears, applied only at auxiliary slots ({'O-PTP, distilled' if cfg['mode'] == 'O' else 'C-PTP, teacher-free'}).",
+             "", f"- Trained with: `{cfg.get('trained_with')}`",
+             f"- Data: {cfg.get('data')}",
+             f"- Steps: {cfg.get('steps')} (batch {cfg.get('batch')} rows x {cfg.get('blocks_per_row')} blocks of "
+             f"{cfg['block']} slots), lr {cfg.get('lr')}",
+             f"- Time: {cfg.get('train_minutes')} min training + {cfg.get('teacher_minutes')} min teacher "
+             f"completions; hardware: {cfg.get('hardware')}",
+             f"- Held-out tokens per pass (1 + accepted drafts per fused pass, all branches, block "
+             f"{cfg['block']}): greedy {last.get('greedy')}, sampled {last.get('sampled')}", "",
+             "| step | loss | tokens/pass greedy | tokens/pass sampled |", "|---|---|---|---|"]
+    for c in curve:
+        lines.append(f"| {c.get('step')} | {c.get('loss', '')} | {c.get('greedy')} | {c.get('sampled')} |")
+    lines += ["", "Decoding is lossless whatever the adapter's quality: every drafted token is verified by the "
+              "base model with the same u (coupled verification)."]
+    path = Path(folder) / "README.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m paradec train ptp",
+                                description="Train a Parallel Token Prediction adapter for a model.")
+    p.add_argument("--model", default=None, help="model folder or hub id (default: the shipped paradec-tiny)")
+    p.add_argument("--data", help="prompt file (JSONL prompt/messages or one per line); with --teacher-free: text")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--rank", type=int, default=32)
+    p.add_argument("--block", type=int, default=16, help="auxiliary slots per block (K)")
+    p.add_argument("--out", help="adapter folder (default <model>/ptp)")
+    p.add_argument("--work", help="teacher cache and checkpoint folder (default data/work/<model>-ptp)")
+    p.add_argument("--teacher-free", action="store_true", help="C-PTP from plain text, no teacher completions")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--blocks", type=int, default=4, help="blocks per row per step")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--prompts", type=int, default=400, help="training prompts for teacher completions")
+    p.add_argument("--eval-prompts", type=int, default=24)
+    p.add_argument("--gen-tokens", type=int, default=96, help="tokens per teacher completion")
+    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--ckpt-every", type=int, default=25)
+    p.add_argument("--max-minutes", type=float, help="stop (and save) after this much wall time")
+    p.add_argument("--threads", type=int, help="CPU threads for torch")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    return p
+
+
+def train_ptp_main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    args.argv = list(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.block < 2:
+        raise SystemExit("--block must be at least 2")
+    train(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(train_ptp_main(sys.argv[1:]))

@@ -1,0 +1,238 @@
+"""Lexical Unit Decoding: gate exactness, the lexical-unit label rule, training, save/load, the `lud`
+strategy (threshold 1.0 == ar token for token) and the `train lud` command on a random tiny Llama folder."""
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from paradec.lud import (AdapterError, LUDAdapter, LUDConfig, adapter_for, base_signature, load_adapter,
+                         pad_group_mask)
+from paradec.race import run_alone
+from paradec.strategies import Request, RequestError, get
+from paradec.testing import random_engine
+from paradec.training import lud_train as T
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPTS = ["def parse(text):\n", "What does `json.dumps` do?", "Outline the module `os.path`.",
+           "import os\nimport sys\n\nclass Reader:\n"]
+
+
+def _perturbed_adapter(engine, seed=1, k=4, std=0.05):
+    torch.manual_seed(seed)
+    ad = LUDAdapter(engine.model, LUDConfig(k=k, base=base_signature(engine.model)))
+    with torch.no_grad():
+        for p in ad.lora_b.values():
+            p.normal_(0, std)
+        ad.pad_embedding.normal_(0, 1.0)
+    return ad.eval().requires_grad_(False)
+
+
+def _tokens(engine, strategy, prompt, params=None, **kw):
+    lane = run_alone(engine, strategy, Request(prompt=prompt, max_new_tokens=kw.pop("max_new_tokens", 24), **kw),
+                     params or {})
+    assert lane.error is None, lane.error
+    return lane
+
+
+@pytest.fixture(scope="module")
+def eng():
+    e = random_engine(3)
+    torch.set_num_threads(1)
+    return e
+
+
+@pytest.fixture(scope="module")
+def trained(eng, tmp_path_factory):
+    """A few real training steps on the tiny random model; returns (summary, out folder)."""
+    out = tmp_path_factory.mktemp("lud") / "lud"
+    cfg = T.LUDTrainConfig(steps=24, batch=2, window=64, cuts=16, greedy=4, greedy_tokens=16, max_docs=3,
+                           ckpt_every=6, lr=1e-2, warmup=2, alpha=0.1)
+    summary = T.train_lud(eng, cfg, out, log=lambda m: None, progress=False)
+    eng.extras.pop("lud", None)
+    return summary, out
+
+
+# ------------------------------------------------------------------ model side
+
+def test_gate_keeps_real_logits_identical(eng):
+    ad = _perturbed_adapter(eng)
+    ids = eng.tokenizer("def f(x):\n    return x", add_special_tokens=False)["input_ids"]
+    base = eng.forward(ids)[0]
+    tokens = ids + [eng.pad_id] * 3
+    gate = torch.zeros(len(tokens), dtype=torch.bool)
+    gate[len(ids):] = True
+    with ad.applied(eng.model, gate):
+        mixed = eng.forward(tokens)[0]
+    plain = eng.forward(tokens)[0]        # hooks removed on exit: plain base model again
+    V = base.shape[-1]
+    assert mixed.shape[-1] == V + 1                       # + the adapter's STOP class
+    assert torch.equal(mixed[:len(ids), :V], base)        # real positions: the base logits, bit for bit
+    assert torch.isinf(mixed[:len(ids), V]).all() and torch.isfinite(mixed[len(ids):, V]).all()
+    assert not torch.allclose(mixed[len(ids):, :V], plain[len(ids):])   # the adapter does act on pad slots
+    assert torch.equal(plain[:len(ids)], base)
+    assert not eng.model.get_input_embeddings()._forward_hooks
+
+
+def test_pad_group_mask_layout():
+    m = pad_group_mask(5, [2, 4], 2)
+    assert m.shape == (4, 9)
+    assert m[0, :2].all() and not m[0, 2:5].any() and m[0, 5] and not m[0, 6]
+    assert m[1, 5:7].all() and not m[1, 7:].any()
+    assert m[2, :4].all() and not m[2, 4] and m[2, 7] and not m[2, 8] and not m[2, 5:7].any()
+
+
+def test_unit_label_rule():
+    tokens = torch.tensor([10, 11, 12, 13, 14, 15, 16])
+    conf = torch.tensor([0.0, 0.95, 0.95, 0.2, 0.99, 0.99, 0.99])
+    lab = T.unit_labels(tokens, conf, [1, 3, 4], 3, alpha=0.9, stop_id=0).view(3, 3).tolist()
+    # cut 1: x1,x2 confident -> slot1 = x2; x3 not -> slot2 = STOP; slot3 ignored
+    assert lab[0] == [12, 0, T.IGNORE]
+    # cut 3: x3 itself not confident -> the unit is empty: STOP at once
+    assert lab[1] == [0, T.IGNORE, T.IGNORE]
+    # cut 4: x4, x5, x6 confident; slot 3 would be x7, past the window -> ignored
+    assert lab[2] == [15, 16, T.IGNORE]
+
+
+def test_training_loss_falls_and_parameters_load(eng, trained):
+    summary, out = trained
+    hist = summary["history"]
+    assert len(hist) == 4 and hist[-1]["step"] == 24
+    assert hist[-1]["loss"] < hist[0]["loss"] * 0.8, hist
+    assert (out / "adapter.safetensors").exists() and (out / "README.md").exists()
+    assert not (out / ".checkpoint").exists()
+    cfg = json.loads((out / "lud_config.json").read_text())
+    assert cfg["k"] == 4 and cfg["base"]["hidden_size"] == 64
+    ad = load_adapter(out, eng.model)
+    assert torch.count_nonzero(next(iter(ad.lora_b.values()))) > 0
+    # loaded parameters reproduce the saved ones: same pad-slot logits through either adapter object
+    again = load_adapter(out, eng.model)
+    ids = [5, 6, 7, 8, eng.pad_id, eng.pad_id]
+    gate = torch.tensor([0, 0, 0, 0, 1, 1], dtype=torch.bool)
+    with ad.applied(eng.model, gate):
+        a = eng.forward(ids)
+    with again.applied(eng.model, gate):
+        b = eng.forward(ids)
+    assert torch.equal(a, b)
+
+
+def test_load_refuses_another_model(trained):
+    _, out = trained
+    other = random_engine(0, hidden=32)
+    with pytest.raises(AdapterError, match="hidden_size"):
+        load_adapter(out, other.model)
+
+
+def test_resume_from_checkpoint(eng, tmp_path):
+    cfg = T.LUDTrainConfig(steps=2, batch=1, window=48, cuts=8, greedy=0, max_docs=2, ckpt_every=1, warmup=1)
+    work = tmp_path / "work"
+    T.train_lud(eng, cfg, tmp_path / "out", work_dir=work, log=lambda m: None, progress=False)
+    assert (work / "lud_checkpoint.pt").exists()          # an explicit work folder is kept
+    logs = []
+    cfg.steps = 3
+    s = T.train_lud(eng, cfg, tmp_path / "out", work_dir=work, log=logs.append, progress=False)
+    eng.extras.pop("lud", None)
+    assert any("resumed at step 2" in m for m in logs)
+    assert s["steps_done"] == 3 and [h["step"] for h in s["history"]] == [1, 2, 3]
+
+
+# ------------------------------------------------------------------ strategy
+
+def test_unavailable_without_parameters(eng):
+    s = get("lud")
+    assert s.lossless is False
+    ok, why = s.available(eng)
+    assert not ok and "python -m paradec train lud --model" in why
+    with pytest.raises(RequestError, match="train lud"):
+        list(s.stream(eng, Request(prompt="x", max_new_tokens=2)))
+
+
+@pytest.mark.parametrize("which", ["untrained", "perturbed", "trained"])
+def test_threshold_one_equals_ar(eng, trained, which):
+    if which == "untrained":
+        eng.extras["lud"] = LUDAdapter(eng.model, LUDConfig(base=base_signature(eng.model))).eval()
+    elif which == "perturbed":
+        eng.extras["lud"] = _perturbed_adapter(eng)
+    else:
+        eng.extras["lud"] = load_adapter(trained[1], eng.model)
+    try:
+        assert get("lud").available(eng)[0]
+        for p in PROMPTS:
+            ar = _tokens(eng, "ar", p)
+            lud = _tokens(eng, "lud", p, {"threshold": 1.0, "k": 4})
+            assert lud.token_ids == ar.token_ids, p
+            assert lud.text == ar.text
+            f = lud.figures()
+            assert f.forward_passes == len(lud.token_ids) and f.accepted == 0 and f.drafted > 0
+        # sampling: the first token of each step uses the request's u stream, like ar
+        ar = _tokens(eng, "ar", PROMPTS[0], temperature=0.9, seed=7)
+        lud = _tokens(eng, "lud", PROMPTS[0], {"threshold": 1.0}, temperature=0.9, seed=7)
+        assert lud.token_ids == ar.token_ids
+    finally:
+        eng.extras.pop("lud", None)
+
+
+def test_low_threshold_accepts_pad_predictions(eng):
+    eng.extras["lud"] = _perturbed_adapter(eng, std=0.02)
+    try:
+        lane = _tokens(eng, "lud", PROMPTS[1], {"threshold": 0.0, "k": 4, "max_repeat": 0}, max_new_tokens=30,
+                       ignore_eos=True)
+        f = lane.figures()
+        assert len(lane.token_ids) == 30
+        assert f.accepted > 0 and f.forward_passes < 30
+        assert f.forward_passes + f.accepted == 30      # every pass: one base token + the accepted pad tokens
+        for s in lane.steps:
+            assert s.forward_passes == 1 and s.accepted <= s.drafted <= 3
+        # the repetition rule: with max_repeat 1 no pad token repeats the token before it
+        ad = eng.extras["lud"]
+        with torch.no_grad():
+            ad.stop_bias.fill_(-1e4)        # never STOP
+        lane2 = _tokens(eng, "lud", PROMPTS[1], {"threshold": 0.0, "max_repeat": 1}, max_new_tokens=30,
+                        ignore_eos=True)
+        assert len(lane2.token_ids) == 30 and lane2.figures().accepted > 0
+        for g in lane2.groups:
+            assert all(g["ids"][j] != g["ids"][j - 1] for j in range(1, len(g["ids"])))
+    finally:
+        eng.extras.pop("lud", None)
+
+
+def test_adapter_parameter_and_default_folder(eng, trained, tmp_path):
+    _, out = trained
+    lane = _tokens(eng, "lud", PROMPTS[0], {"adapter": str(out), "threshold": 1.0})
+    assert lane.token_ids == _tokens(eng, "ar", PROMPTS[0]).token_ids
+    # a model folder with <model>/lud/ is found without any parameter
+    folder = tmp_path / "model"
+    eng.model.save_pretrained(folder)
+    eng.tokenizer.save_pretrained(folder)
+    import shutil
+    shutil.copytree(out, folder / "lud")
+    from paradec.engine import Engine
+    e2 = Engine.load(str(folder), device="cpu")
+    assert get("lud").available(e2)[0]
+    assert adapter_for(e2) is adapter_for(e2)
+
+
+# ------------------------------------------------------------------ command
+
+def test_train_command_on_random_tiny_folder(tmp_path):
+    e = random_engine(5, hidden=32)
+    folder = tmp_path / "tiny"
+    e.model.save_pretrained(folder)
+    e.tokenizer.save_pretrained(folder)
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "paradec.training.lud_train", "--model", str(folder), "--steps", "3",
+                        "--batch", "1", "--window", "48", "--cuts", "8", "--greedy", "2", "--max-docs", "2",
+                        "--threads", "1", "--no-progress"], capture_output=True, text=True, timeout=120, env=env,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["steps"] == 3 and Path(res["out"]) == folder / "lud"
+    assert (folder / "lud" / "adapter.safetensors").exists()
+    assert "python -m paradec train lud" in (folder / "lud" / "README.md").read_text()
+    # bad arguments are refused with a message, not a traceback
+    assert T.train_lud_main(["--model", str(folder), "--k", "1"]) == 2
+    assert T.train_lud_main(["--model", str(tmp_path / "missing")]) == 2
