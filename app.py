@@ -81,6 +81,9 @@ def main(argv=None) -> int:
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=7860)
     p.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model folder")
+    p.add_argument("--engine", metavar="URL", help="use a remote engine: `python -m paradec serve` on a GPU host, "
+                   "or any OpenAI-compatible server (vLLM, SGLang, TGI); timings are then client-side")
+    p.add_argument("--engine-token", help="bearer token for --engine (default $PARADEC_TOKEN)")
     p.add_argument("--random-tiny", action="store_true", help=argparse.SUPPRESS)   # tests and load tests
     args = p.parse_args(argv)
 
@@ -90,6 +93,17 @@ def main(argv=None) -> int:
     if args.random_tiny:
         from paradec.testing import random_tiny_engine
         engine = random_tiny_engine(0)
+    elif args.engine:
+        import httpx
+
+        from paradec.remote import RemoteEngine, RemoteError
+        try:
+            engine = RemoteEngine(args.engine, token=args.engine_token or os.environ.get("PARADEC_TOKEN"),
+                                  model=args.model)
+            engine.describe()
+        except (RemoteError, ValueError, httpx.HTTPError) as e:
+            print(f"error: the engine at {args.engine} could not be used: {e}", file=sys.stderr)
+            return 2
     else:
         try:
             engine = Engine.load(args.model, device=args.device, dtype=args.dtype,

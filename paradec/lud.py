@@ -114,56 +114,91 @@ class LUDAdapter(nn.Module):
         self.stop_weight = nn.Parameter(torch.zeros(emb.shape[1]))
         self.stop_bias = nn.Parameter(torch.zeros(()))
         self.gate: torch.Tensor | None = None   # (B, T) bool while applied
+        self._tail: int | None = None            # n when the gate is exactly the last n positions
 
     # ------------------------------------------------------------------ hooks
+    # The gate of a decoding pass is a suffix (the last n positions); hooks then touch only that slice,
+    # in place when no gradient is recorded. Any other gate shape goes through torch.where.
+    def _apply_delta(self, output, x, fn):
+        tail = self._tail
+        if tail is None:
+            return torch.where(self.gate.unsqueeze(-1), output + fn(x).to(output.dtype), output)
+        n = min(tail, output.shape[1])
+        if n == 0:
+            return None
+        d = fn(x[:, -n:]).to(output.dtype)
+        if n == output.shape[1]:
+            return output + d
+        if not torch.is_grad_enabled():
+            output[:, -n:] += d
+            return output
+        return torch.cat([output[:, :-n], output[:, -n:] + d], 1)
+
     def _linear_hook(self, name):
         a, b = self.lora_a[_key(name)], self.lora_b[_key(name)]
         scale = self.config.scale
 
+        def delta(x):
+            return ((x.to(a.dtype) @ a.t()) * scale) @ b.t()
+
         def hook(module, inputs, output):
-            gate = self.gate
-            if gate is None or not bool(gate.any()):
-                return None
-            x = inputs[0]
-            delta = ((x.to(a.dtype) @ a.t()) @ b.t()) * scale
-            return torch.where(gate.unsqueeze(-1), output + delta.to(output.dtype), output)
+            return self._apply_delta(output, inputs[0], delta)
         return hook
 
     def _embedding_hook(self, module, inputs, output):
-        gate = self.gate
-        if gate is None or not bool(gate.any()):
+        tail = self._tail
+        if tail is None:
+            return torch.where(self.gate.unsqueeze(-1), self.pad_embedding.to(output.dtype).expand_as(output), output)
+        n = tail
+        if n == 0:
             return None
-        pad = self.pad_embedding.to(output.dtype).expand_as(output)
-        return torch.where(gate.unsqueeze(-1), pad, output)
+        pad = self.pad_embedding.to(output.dtype).expand(output.shape[0], n, -1)
+        if n == output.shape[1]:
+            return pad
+        if not torch.is_grad_enabled():
+            output[:, -n:] = pad
+            return output
+        return torch.cat([output[:, :-n], pad], 1)
 
     def _head_hook(self, module, inputs, output):
-        gate = self.gate
-        if gate is None:
-            return None
         h = inputs[0]
-        g = gate[:, -h.shape[1]:]
+        g = self.gate[:, -h.shape[1]:]
         stop = (h.to(self.stop_weight.dtype) @ self.stop_weight + self.stop_bias).to(output.dtype)
         col = torch.where(g, stop, torch.full_like(stop, float("-inf")))
         return torch.cat([output, col.unsqueeze(-1)], -1)
 
+    def _modules_of(self, model) -> list:
+        """The hooked linears of `model`, looked up once per model."""
+        memo = self.__dict__.setdefault("_mods", {})
+        if id(model) not in memo:
+            mods = dict(model.named_modules())
+            missing = [n for n in self.names if n not in mods]
+            if missing:
+                raise AdapterError(f"the model has no module {missing[0]}: "
+                                   "these LUD parameters belong to another model")
+            memo[id(model)] = [mods[n] for n in self.names]
+        return memo[id(model)]
+
     @contextlib.contextmanager
     def applied(self, model, gate: torch.Tensor):
         """Run `model` with the adapter active at the positions where `gate` (B, T) or (T,) is True."""
-        gate = torch.as_tensor(gate, dtype=torch.bool, device=self.pad_embedding.device)
-        self.gate = gate.unsqueeze(0) if gate.dim() == 1 else gate
-        mods = dict(model.named_modules())
-        handles = [model.get_input_embeddings().register_forward_hook(self._embedding_hook),
-                   model.get_output_embeddings().register_forward_hook(self._head_hook)]
+        gate = torch.as_tensor(gate, dtype=torch.bool)
+        gate = gate.unsqueeze(0) if gate.dim() == 1 else gate
+        n = int(gate[0].flip(0).cumprod(0).sum())            # trailing gated positions of row 0
+        suffix = bool(gate[:, gate.shape[1] - n:].all()) and not bool(gate[:, :gate.shape[1] - n].any())
+        self._tail = n if suffix else None
+        self.gate = gate.to(self.pad_embedding.device)
+        handles = []
         try:
-            for n in self.names:
-                if n not in mods:
-                    raise AdapterError(f"the model has no module {n}: these LUD parameters belong to another model")
-                handles.append(mods[n].register_forward_hook(self._linear_hook(n)))
+            handles.append(model.get_input_embeddings().register_forward_hook(self._embedding_hook))
+            handles.append(model.get_output_embeddings().register_forward_hook(self._head_hook))
+            for n_, mod in zip(self.names, self._modules_of(model)):
+                handles.append(mod.register_forward_hook(self._linear_hook(n_)))
             yield self
         finally:
             for h in handles:
                 h.remove()
-            self.gate = None
+            self.gate, self._tail = None, None
 
     # ------------------------------------------------------------------ save / load
     def save(self, folder, extra_training: dict | None = None) -> Path:

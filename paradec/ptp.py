@@ -87,6 +87,7 @@ class PTPAdapter(nn.Module):
             self.lora_b[key] = nn.Parameter(torch.zeros(fan_out, rank))
         self._idx = None          # None: off; "all": every position; LongTensor: these positions
         self._handles = []
+        self._pack: dict = {}
         self.__dict__["_model"] = None          # not a submodule: the base weights are not the adapter's
 
     # ------------------------------------------------------------ building
@@ -135,13 +136,29 @@ class PTPAdapter(nn.Module):
             idx = self._idx
             if idx is None:
                 return None
-            a, b = self.lora_a[key], self.lora_b[key]
             x = inputs[0]
-            if isinstance(idx, str):       # every position is an auxiliary slot (training's aux-only pass)
-                return out + ((x.to(a.dtype) @ a.T) @ b.T * self.scale).to(out.dtype)
-            d = (x.index_select(-2, idx).to(a.dtype) @ a.T) @ b.T * self.scale
-            return out.index_add(-2, idx, d.to(out.dtype))
+            if torch.is_grad_enabled():        # training: through the parameters, for autograd
+                a, b = self.lora_a[key], self.lora_b[key]
+                if isinstance(idx, str):       # every position is an auxiliary slot (training's slot pass)
+                    return out + ((x.to(a.dtype) @ a.T) @ b.T * self.scale).to(out.dtype)
+                d = (x.index_select(-2, idx).to(a.dtype) @ a.T) @ b.T * self.scale
+                return out.index_add(-2, idx, d.to(out.dtype))
+            at, bt = self._packed(key, out.dtype)   # decoding: few small ops (this runs 7 times a layer)
+            if isinstance(idx, str):
+                return out.add_((x @ at) @ bt)
+            return out.index_add_(-2, idx, (x.index_select(-2, idx) @ at) @ bt)
         return hook
+
+    def _packed(self, key: str, dtype):
+        """A^T and scale * B^T in the model's dtype, rebuilt whenever the parameters change."""
+        a, b = self.lora_a[key], self.lora_b[key]
+        tag = (a._version, b._version, dtype, a.device)
+        hit = self._pack.get(key)
+        if hit is None or hit[0] != tag:
+            with torch.no_grad():
+                hit = (tag, a.T.to(dtype).contiguous(), (b.T * self.scale).to(dtype).contiguous())
+            self._pack[key] = hit
+        return hit[1], hit[2]
 
     @contextmanager
     def gated(self, idx):

@@ -195,6 +195,21 @@ class RemoteEngine:
     def health(self) -> dict:
         return self._get("/health").json()
 
+    def catalogue(self) -> list[dict]:
+        """Strategies this engine runs: a paradec server's own list, else the ones any OpenAI server can do."""
+        try:
+            data = self._get("/v1/strategies").json()["data"]
+        except (RemoteError, RequestError, httpx.HTTPError, KeyError, ValueError):
+            data = [{"name": "ar", "title": "Autoregressive (server streaming)", "lossless": True, "available": True,
+                     "why": ""}]
+        names = {d["name"] for d in data}
+        if "sot" not in names:
+            data.append({"name": "sot", "title": "Skeleton-of-Thought (parallel requests)", "lossless": False,
+                         "available": True, "why": ""})
+        data.append({"name": "vllm-spec", "title": "vLLM speculative decoding (server side)", "lossless": True,
+                     "available": True, "why": "needs a vLLM server started with --speculative-config"})
+        return data
+
     def metrics_text(self) -> str:
         return self._get("/metrics").text
 

@@ -401,3 +401,36 @@ def test_app_py_binds_localhost_with_basic_auth(tmp_path):
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def test_app_on_a_remote_engine(tmp_path):
+    """`app.py --engine URL`: the app on one machine, `paradec serve` as the engine; a race of 3 runs through it."""
+    from test_server import Server
+    server = Server().wait()
+    port = free_port()
+    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", OMP_NUM_THREADS="1")
+    env.pop("PARADEC_AUTH", None)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--engine", server.url, "--port", str(port),
+                             "--db", str(tmp_path / "remote.db")], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        import httpx
+        t0 = time.time()
+        while True:
+            assert proc.poll() is None, proc.stdout.read()
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/config", timeout=2)
+                break
+            except httpx.HTTPError:
+                assert time.time() - t0 < 300, "app.py did not start"
+                time.sleep(0.5)
+        c = Client(f"http://127.0.0.1:{port}/", verbose=False, analytics_enabled=False)
+        out = c.predict(*race_args("hello there", ["ar", "pld", "lookahead"], 8), api_name="/race")
+        lanes = out[FIGS]["lanes"]
+        assert out[FIGS]["finished"] and all(lanes[n]["tokens"] == 8 or lanes[n]["status"] == "done"
+                                             for n in ("ar", "pld", "lookahead")), lanes
+        assert server.health()["served"] >= 3          # the work happened on the server
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        server.stop()

@@ -19,7 +19,7 @@ next step's drafts. The cache is cropped back to x0..dj (the slots and rejected 
 next x0. When the accepted count has no branch (branches < m+1) the next step has no drafts (a fallback pass:
 x0 plus one branch, 1 token). The first step is the prompt prefill plus one branch.
 
-Branches: `branches=0` drafts a branch for every possible accepted count (full quadratic: m+1 + (m+1)^2
+Branches: drafting a branch for every possible accepted count is the full quadratic layout (m+1 + (m+1)^2
 positions per pass); `branches=B` keeps the B most likely counts, estimated from the drafter's own
 probabilities of its drafts (P(j) ~ q1..qj (1 - q_{j+1})). Forward passes are counted honestly: one per step,
 prefill included; there are no separate draft passes.
@@ -32,6 +32,11 @@ from .. import ptp as P
 from .. import verification
 from ..sampling import UStream, pick, process
 from .base import Output, Param, Request, Strategy, register, u_stream
+
+# On a CPU a pass costs roughly in proportion to its positions, so the full quadratic layout (block 16: 272
+# positions) loses to `ar`; these defaults keep a pass small. On a GPU a pass of a few hundred positions costs
+# about what one token does, so there the defaults are the paper's: k = block - 1 and every branch.
+CPU_K, CPU_BRANCHES = 4, 2
 
 
 def choose_branches(conf: list[float], budget: int) -> list[int]:
@@ -73,8 +78,10 @@ class ParallelTokenPrediction(Strategy):
     title = "Parallel Token Prediction (PTP)"
     lossless = True
     params = {
-        "k": Param(0, int, 0, 64, help="drafts verified per pass (0: the adapter's block - 1)"),
-        "branches": Param(0, int, 0, 65, help="accepted counts drafted ahead per pass (0: all = full quadratic)"),
+        "k": Param(0, int, 0, 64, help="drafts verified per pass (0: auto - the adapter's block - 1 on a GPU, "
+                                       f"{CPU_K} on a CPU)"),
+        "branches": Param(0, int, 0, 65, help="accepted counts drafted ahead per pass (0: auto - all of them, i.e. "
+                                              f"full quadratic, on a GPU, {CPU_BRANCHES} on a CPU; >= k+1: all)"),
         "adapter": Param("", str, help="PTP adapter folder (default: <model>/ptp, made by `train ptp`)"),
     }
 
@@ -98,7 +105,9 @@ class ParallelTokenPrediction(Strategy):
         sp = request.sampling
         us = u_stream(request)                        # verification (None = greedy: argmax)
         ud = us if us is not None else UStream(request.seed)   # the u's the slots carry
-        k = min(p["k"] or ad.block - 1, ad.block - 1)
+        gpu = engine.device.type != "cpu"
+        k = min(p["k"] or (ad.block - 1 if gpu else CPU_K), ad.block - 1)
+        budget = p["branches"] or (0 if gpu else CPU_BRANCHES)
         slots = k + 1
         emb = engine.model.get_input_embeddings()
         out = Output(engine, request)
@@ -109,7 +118,7 @@ class ParallelTokenPrediction(Strategy):
         while True:
             left = out.budget - len(out.ids)          # tokens still wanted
             m = len(drafts)
-            branches = choose_branches(conf, p["branches"])
+            branches = choose_branches(conf, budget)
             nslots = max(1, min(slots, left))         # slot 1 targets the next base token; the rest draft
             real = tail + drafts
             allowed, offsets, aux_idx = layout(len(real), m, branches, nslots)

@@ -19,9 +19,10 @@ predicts x_i at position i-1) followed by k-1 pad slots at positions i..i+k-2. T
                 unit ends here" rather than guess, and its confidences stay honest),
 * ignored       for the slots after that, and for slots past the window's end.
 
-Cut points: half are drawn among positions that start a unit of at least two tokens (c_i, c_{i+1} > alpha),
-half uniformly, `--cuts` per window. All cut points of a window share one forward pass: the real tokens
-are run once without gradient into a KV cache (their logits give c_t), then all pad groups are run after
+Cut points: `pos_fraction` (3/4) are drawn among positions that start a unit of at least two tokens
+(c_i, c_{i+1} > alpha), the rest uniformly, `--cuts` per window; STOP labels weigh `stop_weight` (1/2) in
+the loss, unit tokens 1 (STOP labels would otherwise dominate and the adapter would learn to stop always).
+All cut points of a window share one forward pass: the real tokens are run once without gradient into a KV cache (their logits give c_t), then all pad groups are run after
 that cache with a mask where slot j of group g sees x_0..x_{i_g-1} and slots 1..j of its own group.
 
 Model: the gated LoRA + pad embedding of paradec/lud.py (real positions keep the base weights exactly).
@@ -66,6 +67,9 @@ class LUDTrainConfig:
     seed: int = 0
     ckpt_every: int = 20
     max_docs: int = 0          # 0 = the whole corpus
+    targets: str = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+    pos_fraction: float = 0.75  # share of cut points drawn among unit starts
+    stop_weight: float = 0.5    # loss weight of STOP labels (they outnumber unit tokens)
 
 
 # ---------------------------------------------------------------- labels
@@ -92,11 +96,11 @@ def unit_labels(tokens: torch.Tensor, conf: torch.Tensor, cuts: list[int], slots
     return labels.view(-1)
 
 
-def choose_cuts(conf: torch.Tensor, n: int, alpha: float, rng: random.Random) -> list[int]:
+def choose_cuts(conf: torch.Tensor, n: int, alpha: float, rng: random.Random, pos_fraction: float = 0.75) -> list[int]:
     L = len(conf)
     starts = [i for i in range(1, L - 2) if conf[i] > alpha and conf[i + 1] > alpha]
     pool = list(range(1, L - 1))
-    n_pos = min(len(starts), n // 2)
+    n_pos = min(len(starts), int(n * pos_fraction))
     cuts = set(rng.sample(starts, n_pos)) if n_pos else set()
     rest = [i for i in pool if i not in cuts]
     cuts |= set(rng.sample(rest, min(len(rest), n - len(cuts))))
@@ -105,8 +109,17 @@ def choose_cuts(conf: torch.Tensor, n: int, alpha: float, rng: random.Random) ->
 
 # ---------------------------------------------------------------- text
 
+def _chats(cfg: LUDTrainConfig, corp=None) -> list[list[dict]]:
+    """The training chat conversations in the order their greedy answers are made."""
+    from . import corpus as C
+    chats = list((corp or C.build_corpus()).train_chat)
+    random.Random(cfg.seed + 1).shuffle(chats)
+    return chats
+
+
 def _token_streams(engine, cfg: LUDTrainConfig, log) -> tuple[dict[str, list[int]], list]:
-    """(token streams, chats): streams 'raw' and 'chat' from the default corpus (shuffled documents, eos between them)."""
+    """(token streams, chats): streams 'raw' and 'chat' from the default corpus (shuffled documents, eos
+    between them), and the chat conversations (for greedy answers)."""
     from . import corpus as C
     tok = engine.tokenizer
     corp = C.build_corpus()
@@ -118,7 +131,7 @@ def _token_streams(engine, cfg: LUDTrainConfig, log) -> tuple[dict[str, list[int
     if cfg.max_docs:
         raw, chats = raw[:cfg.max_docs], chats[:cfg.max_docs * 10]
     eos = next(iter(engine.eos_ids), tok.eos_token_id)
-    out = {"raw": [], "chat": []}
+    out: dict[str, list[int]] = {"raw": [], "chat": []}
     for t in raw:
         out["raw"] += tok(t, add_special_tokens=False)["input_ids"] + [eos]
     for c in chats:
@@ -128,7 +141,7 @@ def _token_streams(engine, cfg: LUDTrainConfig, log) -> tuple[dict[str, list[int
             text = "\n".join(m["content"] for m in c)
         out["chat"] += tok(text, add_special_tokens=False)["input_ids"] + [eos]
     log(f"corpus: raw {len(out['raw']):,} tokens, chat {len(out['chat']):,} tokens")
-    return out, chats
+    return out, _chats(cfg, corp)
 
 
 @torch.no_grad()
@@ -192,7 +205,7 @@ def window_loss(engine, adapter: LUDAdapter, window: list[int], cfg: LUDTrainCon
         probs = torch.softmax(logits[:-1], -1)
         conf = torch.zeros(L)
         conf[1:] = probs.gather(-1, x[1:, None])[:, 0].cpu()
-    cuts = choose_cuts(conf, cfg.cuts, cfg.alpha, rng)
+    cuts = choose_cuts(conf, cfg.cuts, cfg.alpha, rng, cfg.pos_fraction)
     labels = unit_labels(x.cpu(), conf, cuts, slots, cfg.alpha, stop_id).to(engine.device)
     stats = {"labelled": int((labels != IGNORE).sum()), "unit": int(((labels != IGNORE) & (labels != stop_id)).sum()),
              "conf_frac": float((conf[1:] > cfg.alpha).float().mean())}
@@ -207,7 +220,9 @@ def window_loss(engine, adapter: LUDAdapter, window: list[int], cfg: LUDTrainCon
     gate = torch.ones(1, Q, dtype=torch.bool)
     with adapter.applied(model, gate):
         out = model(input_ids=ids, past_key_values=cache, position_ids=pos, attention_mask=mask, use_cache=True)
-    loss = torch.nn.functional.cross_entropy(out.logits[0].float(), labels, ignore_index=IGNORE)
+    per = torch.nn.functional.cross_entropy(out.logits[0].float(), labels, ignore_index=IGNORE, reduction="none")
+    w = torch.where(labels == stop_id, cfg.stop_weight, 1.0) * (labels != IGNORE)
+    loss = (per * w).sum() / w.sum()
     with torch.no_grad():
         sel = (labels != IGNORE)
         pred = out.logits[0].argmax(-1)[sel]
@@ -227,7 +242,8 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
     torch.manual_seed(cfg.seed)
     model = engine.model
     model.eval().requires_grad_(False)
-    lcfg = LUDConfig(rank=cfg.rank, scale=cfg.scale, k=cfg.k, alpha=cfg.alpha, base=base_signature(model))
+    lcfg = LUDConfig(rank=cfg.rank, scale=cfg.scale, k=cfg.k, alpha=cfg.alpha, base=base_signature(model),
+                     targets=[t.strip() for t in cfg.targets.split(",") if t.strip()])
     adapter = LUDAdapter(model, lcfg).to(engine.device)
     stop_id = adapter.config.stop_id     # the STOP class: one past the vocabulary
     opt = torch.optim.AdamW(adapter.parameters(), lr=cfg.lr, weight_decay=0.0)
@@ -235,15 +251,19 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
     state = {"step": 0, "elapsed_s": 0.0, "history": []}
     ckpt = work / "lud_checkpoint.pt"
     data_file = work / "lud_data.pt"
-    if data_file.exists():
-        data = torch.load(data_file, weights_only=False)
-        streams, greedy = data["streams"], data["greedy"]
-    else:
+    data = torch.load(data_file, weights_only=False) if data_file.exists() else {}
+    if data.get("streams") is None or data.get("greedy") is None:
+        # token streams depend on the tokenizer only, greedy answers on the model: a data file holding
+        # streams and greedy=None (e.g. copied from a run on another checkpoint) gets its answers made here
         t0 = time.time()
-        streams, chats = _token_streams(engine, cfg, log)
-        greedy = greedy_texts(engine, chats, cfg.greedy, cfg.greedy_tokens) if cfg.greedy else []
-        torch.save({"streams": streams, "greedy": greedy}, data_file)
-        log(f"data: {len(greedy)} greedy answers, built in {time.time() - t0:.0f}s")
+        if data.get("streams") is None:
+            data["streams"], chats = _token_streams(engine, cfg, log)
+        else:
+            chats = _chats(cfg)
+        data["greedy"] = greedy_texts(engine, chats, cfg.greedy, cfg.greedy_tokens) if cfg.greedy else []
+        torch.save(data, data_file)
+        log(f"data: {len(data['greedy'])} greedy answers, built in {time.time() - t0:.0f}s")
+    streams, greedy = data["streams"], data["greedy"]
     if ckpt.exists():
         saved = torch.load(ckpt, weights_only=False)
         adapter.load_state_dict(saved["adapter"])
@@ -337,7 +357,8 @@ def write_card(out_dir, summary: dict, sweep_md: str | None = None) -> Path:
     if hist:
         lines.append(f"- pad-slot loss {first['loss']:.3f} (first {hist[0]['step']} steps) -> {last['loss']:.3f} "
                      f"(last logged), pad-slot label accuracy {first['acc']:.2f} -> {last['acc']:.2f}")
-    lines += ["", "Files: `adapter.safetensors` (LoRA A/B per module, `pad_embedding`, STOP head), `lud_config.json`.", ""]
+    lines += ["", "Files: `adapter.safetensors` (LoRA A/B per module, `pad_embedding`, STOP head), "
+              "`lud_config.json`.", ""]
     if sweep_md:
         lines += ["## Threshold sweep", "", sweep_md.strip(), ""]
     path = out_dir / "README.md"
@@ -356,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, default=d.alpha, help="lexical-unit confidence threshold for the data")
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--rank", type=int, default=d.rank)
+    p.add_argument("--targets", default=d.targets, help="comma-separated names of the linears that get LoRA")
     p.add_argument("--batch", type=int, default=d.batch, help="windows per step")
     p.add_argument("--window", type=int, default=d.window, help="tokens per window")
     p.add_argument("--cuts", type=int, default=d.cuts, help="cut points per window")
@@ -398,7 +420,8 @@ def train_lud_main(argv: list[str]) -> int:
         print("error: the model is not a local folder; pass --out DIR for the parameters", file=sys.stderr)
         return 2
     cfg = LUDTrainConfig(k=args.k, alpha=args.alpha, steps=args.steps, rank=args.rank, batch=args.batch,
-                         window=args.window, cuts=args.cuts, lr=args.lr, greedy=args.greedy, seed=args.seed,
+                         window=args.window, cuts=args.cuts, targets=args.targets, lr=args.lr, greedy=args.greedy,
+                         seed=args.seed,
                          ckpt_every=args.ckpt_every, max_docs=args.max_docs, warmup=min(20, max(1, args.steps // 10)))
     summary = train_lud(engine, cfg, out, args.work, log=lambda m: print(m, file=sys.stderr),
                         progress=not args.no_progress)
@@ -407,5 +430,74 @@ def train_lud_main(argv: list[str]) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- threshold sweep
+
+def sweep_markdown(rows: list[dict], head: str = "") -> str:
+    def f(v, fmt):
+        return "–" if v is None else format(v, fmt)
+    out = [head.strip(), ""] if head else []
+    out += ["| suite | threshold | speed-up vs ar | ar tokens/s | lud tokens/s | tokens/pass | ROUGE-L vs ar "
+            "| perplexity ar | perplexity lud | perplexity change | n |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ch = None if not (r["ppl_ar"] and r["ppl_lud"]) else 100 * (r["ppl_lud"] / r["ppl_ar"] - 1)
+        out.append(f"| {r['suite']} | {r['threshold']} | {f(r['speedup'], '.2f')}× | {f(r['tps_ar'], '.1f')} | "
+                   f"{f(r['tps_lud'], '.1f')} | {f(r['tau'], '.2f')} | {f(r['rouge'], '.3f')} | "
+                   f"{f(r['ppl_ar'], '.2f')} | {f(r['ppl_lud'], '.2f')} | {f(ch, '+.1f')}% | {r['n']} |")
+    return "\n".join(out) + "\n"
+
+
+def sweep_main(argv: list[str]) -> int:
+    """`python -m paradec.training.lud_train sweep`: one `paradec bench` run (ar + lud) per suite and threshold;
+    prints / writes a Markdown table. Speed-ups are within each run (same prompts, same process)."""
+    import os
+    import subprocess
+    p = argparse.ArgumentParser(prog="python -m paradec.training.lud_train sweep")
+    p.add_argument("--model")
+    p.add_argument("--thresholds", default="0.5,0.7,0.8,0.9,0.95")
+    p.add_argument("--suites", default="code,docstrings")
+    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--k", type=int)
+    p.add_argument("--adapter", help="LUD folder (default <model>/lud)")
+    p.add_argument("--db", default="/tmp/lud.db")
+    p.add_argument("--out", help="write the Markdown table here")
+    p.add_argument("--json-out", help="write the rows as JSON here")
+    args = p.parse_args(argv)
+    rows = []
+    for suite in args.suites.split(","):
+        for th in [float(t) for t in args.thresholds.split(",")]:
+            params = {"threshold": th}
+            if args.k:
+                params["k"] = args.k
+            if args.adapter:
+                params["adapter"] = args.adapter
+            cmd = [sys.executable, "-m", "paradec", "bench", "--suite", suite, "--strategies", "ar,lud",
+                   "--params", json.dumps({"lud": params}), "--limit", str(args.limit), "--db", args.db, "--json",
+                   "--name", f"lud-sweep {suite} {th}"]
+            if args.model:
+                cmd += ["--model", args.model]
+            r = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+            if r.returncode != 0:
+                print(r.stderr[-2000:], file=sys.stderr)
+                return r.returncode
+            res = json.loads(r.stdout.strip().splitlines()[-1])
+            by = {row["strategy"]: row for row in res["table"] if row["category"] == "all"}
+            ar, lud = by["ar"], by["lud"]
+            rows.append({"suite": suite, "threshold": th, "run": res["run"], "speedup": lud["speedup"],
+                         "tps_ar": ar["tokens_per_s"], "tps_lud": lud["tokens_per_s"], "tau": lud["tokens_per_pass"],
+                         "rouge": lud["rouge_l_vs_ar"], "ppl_ar": ar["perplexity"], "ppl_lud": lud["perplexity"],
+                         "n": lud["n"]})
+            print(json.dumps(rows[-1]), file=sys.stderr)
+    md = sweep_markdown(rows)
+    print(md)
+    if args.out:
+        Path(args.out).write_text(md)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["sweep"]:
+        raise SystemExit(sweep_main(sys.argv[2:]))
     raise SystemExit(train_lud_main(sys.argv[1:]))

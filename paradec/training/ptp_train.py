@@ -28,6 +28,7 @@ interrupted run resume; the adapter folder is rewritten at every checkpoint.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -48,10 +49,15 @@ PLAIN_SP = SamplingParams(1.0, 0, 1.0)
 
 # ---------------------------------------------------------------- prompts
 
+@functools.lru_cache(maxsize=1)
+def _corpus():
+    from . import corpus as C
+    return C.build_corpus()
+
+
 def corpus_prompts(engine, n: int, seed: int, split: str = "train") -> list[list[int]]:
     """n prompts from the default corpus: half chat questions, half openings of standard-library source."""
-    from . import corpus as C
-    corp = C.build_corpus()
+    corp = _corpus()
     rng = random.Random(seed)
     chats = list(corp.train_chat if split == "train" else corp.val_chat)
     raws = list(corp.train_raw if split == "train" else corp.val_raw)
@@ -280,6 +286,17 @@ def loss_fn(logits, batch, valid) -> torch.Tensor:
                                              ignore_index=-100)
 
 
+def train_step(engine, ad: P.PTPAdapter, opt, batch: dict, sp: SamplingParams, u_gen: torch.Generator) -> float:
+    """One optimizer step on one batch (u ~ Beta(0.3, 0.3) inside each bin). Returns the loss."""
+    logits, valid, _u, _t = forward_slots(engine, ad, batch, sp, u_gen, beta=True, grad=True)
+    loss = loss_fn(logits, batch, valid)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(ad.parameters(), 1.0)
+    opt.step()
+    return float(loss.detach())
+
+
 @torch.no_grad()
 def evaluate(engine, ad, rows: list[dict], block: int, sp: SamplingParams, seed: int = 1234) -> dict:
     """Held-out tokens per pass (1 + leading correct drafts of tokens 2..K, u uniform in its bin), per mode."""
@@ -292,7 +309,7 @@ def evaluate(engine, ad, rows: list[dict], block: int, sp: SamplingParams, seed:
             continue
         taus, first = [], []
         for b in range(0, len(sel), 8):
-            batch = build_batch(sel[b:b + 8], block, 2, gen, 448)
+            batch = build_batch(sel[b:b + 8], block, 4, gen, 448)
             logits, valid, u, teach = forward_slots(engine, ad, batch, sp, u_gen, beta=False, grad=False)
             if ad.mode == "O" or greedy:
                 draft = logits.argmax(-1)
@@ -345,8 +362,7 @@ def train(args) -> Path:
             cut = int(len(text) * 0.95)
             tr_texts, va_texts = [text[:cut]], [text[cut:]]
         else:
-            from . import corpus as C
-            corp = C.build_corpus()
+            corp = _corpus()
             tr_texts, va_texts = corp.train_raw, corp.val_raw
         rows = text_rows(engine, tr_texts, args.gen_tokens + 8, 4 * args.prompts, args.seed)
         held = text_rows(engine, va_texts, args.gen_tokens + 8, args.eval_prompts, args.seed + 1)
@@ -363,7 +379,8 @@ def train(args) -> Path:
             va_p = corpus_prompts(engine, args.eval_prompts, args.seed + 1, "val")
         rows = teacher_rows(engine, tr_p, args.gen_tokens, args.seed, work / "teacher.pt", "train")
         held = teacher_rows(engine, va_p, args.gen_tokens, args.seed + 7, work / "teacher_heldout.pt", "held-out")
-        data_desc = (f"distillation: {len(tr_p)} prompts from {args.data or 'the default corpus (chat questions and stdlib source openings)'}"
+        src = args.data or "the default corpus (chat questions and stdlib source openings)"
+        data_desc = (f"distillation: {len(tr_p)} prompts from {src}"
                      f", one sampled (T 0.7, top-k 50, top-p 0.95) and one greedy completion each, "
                      f"up to {args.gen_tokens} tokens; {len(va_p)} held-out prompts")
     gen_minutes = (time.time() - t0) / 60
@@ -418,15 +435,9 @@ def train(args) -> Path:
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         batch = build_batch([gen.choice(rows) for _ in range(args.batch)], args.block, args.blocks, gen, max_len)
-        logits, valid, _u, _t = forward_slots(engine, ad, batch, sp, u_gen, beta=True, grad=True)
-        loss = loss_fn(logits, batch, valid)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(ad.parameters(), 1.0)
-        opt.step()
+        lv = train_step(engine, ad, opt, batch, sp, u_gen)
         step += 1
         elapsed += time.time() - ts
-        lv = float(loss.detach())
         loss_ema = lv if loss_ema is None else 0.9 * loss_ema + 0.1 * lv
         bar.update(1)
         bar.set_postfix(loss=f"{loss_ema:.3f}", tau=curve[-1].get("greedy") if curve else None)
@@ -456,7 +467,8 @@ def write_card(folder: Path, cfg: dict) -> Path:
     lines = [f"# PTP adapter for `{cfg.get('base_model')}`", "",
              "Parallel Token Prediction (Draxler et al., arXiv 2512.21323) adapter for paradec's `ptp` strategy: "
              f"u embedding (32 float bits -> Linear) and gated LoRA rank {cfg['rank']} on "
-             f"{len(cfg['modules'])} linears, applied only at auxiliary slots ({'O-PTP, distilled' if cfg['mode'] == 'O' else 'C-PTP, teacher-free'}).",
+             f"{len(cfg['modules'])} linears, applied only at auxiliary slots "
+             f"({'O-PTP, distilled' if cfg['mode'] == 'O' else 'C-PTP, teacher-free'}).",
              "", f"- Trained with: `{cfg.get('trained_with')}`",
              f"- Data: {cfg.get('data')}",
              f"- Steps: {cfg.get('steps')} (batch {cfg.get('batch')} rows x {cfg.get('blocks_per_row')} blocks of "

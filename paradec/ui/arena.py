@@ -32,6 +32,12 @@ def strategy_catalogue(engine) -> tuple[list[tuple[str, str]], list[tuple[str, s
     """([(label, name)] available, [(name, why + command)] unavailable), in registry order."""
     load_all()
     ok, bad = [], []
+    if getattr(engine, "remote", False):
+        for d in engine.catalogue():
+            label = f"{d['name']} — {d['title']}" + ("" if d.get("lossless") else " (lossy)")
+            (ok if d.get("available") else bad).append((label, d["name"]) if d.get("available")
+                                                       else (d["name"], d.get("why", "")))
+        return ok, bad
     for name in REGISTRY:
         s = get(name)
         try:
@@ -301,7 +307,7 @@ class Arena:
             params = parse_params(self.param_names, list(param_texts))
             req = Request(prompt=prompt or "", chat=(mode != "raw completion"), max_new_tokens=int(max_new_tokens),
                           temperature=float(temperature), top_p=float(top_p), seed=int(seed))
-            req.validate(self.engine)
+            req.validate(None if getattr(self.engine, "remote", False) else self.engine)
         except RequestError as e:
             raise gr.Error(str(e)) from None
         except (TypeError, ValueError) as e:

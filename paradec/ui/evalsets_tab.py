@@ -98,9 +98,11 @@ class EvalSetsTab:
             return "", pd.DataFrame(), gr.update()
         path = file if isinstance(file, str) else getattr(file, "name", None) or file.get("path")
         try:
+            local = not getattr(self.engine, "remote", False)
             es = evalsets.load_eval_set(path, filename=Path(path).name,
-                                        max_prompt_tokens=self.engine.context_length,
-                                        count_tokens=lambda t: len(self.engine.tokenizer(t)["input_ids"]))
+                                        max_prompt_tokens=self.engine.context_length if local else None,
+                                        count_tokens=(lambda t: len(self.engine.tokenizer(t)["input_ids"]))
+                                        if local else None)
         except evalsets.EvalSetError as e:
             return error_markdown(e), pd.DataFrame(), gr.update()
         set_id = self.store.save_eval_set(es, source_filename=Path(path).name)
