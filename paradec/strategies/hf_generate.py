@@ -36,4 +36,29 @@ class HFGenerate(Strategy):
             gen = engine.model.generate(input_ids=x, attention_mask=torch.ones_like(x), **kw)
         new = gen[0, len(ids):].tolist()
         out = Output(engine, request)
-        yield out.step(new, forward_passes=len(new), prefill=True)
+        # plain generate: one pass per token; assisted / prompt lookup: transformers does not report its passes
+        plain = not (p["assistant"] or p["prompt_lookup_num_tokens"])
+        yield out.step(new, forward_passes=len(new) if plain else 0, prefill=True,
+                       info={} if plain else {"note": "forward passes not reported by transformers"})
+
+
+@register
+class HFAssisted(HFGenerate):
+    """The peer of `sps`: transformers' assisted generation with the same draft model."""
+    name = "hf-assisted"
+    title = "transformers generate(assistant_model=draft) (peer)"
+    params = {"assistant": Param(True, bool, help="use the draft model as assistant_model"),
+              "prompt_lookup_num_tokens": Param(0, int, 0, 64, help="transformers' prompt lookup")}
+
+    def available(self, engine):
+        from .speculative import SpeculativeSampling
+        return SpeculativeSampling().available(engine)
+
+
+@register
+class HFPromptLookup(HFGenerate):
+    """The peer of `pld`: transformers' prompt lookup decoding."""
+    name = "hf-pld"
+    title = "transformers generate(prompt_lookup_num_tokens=10) (peer)"
+    params = {"assistant": Param(False, bool, help="use the draft model as assistant_model"),
+              "prompt_lookup_num_tokens": Param(10, int, 1, 64, help="transformers' prompt lookup")}
