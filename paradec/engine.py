@@ -225,7 +225,7 @@ class Engine:
                                                                                           device=self.device)
         positions = (start + new_mask.cumsum(1) - 1).clamp_min(0)
         cache = cache if cache is not None else self.new_cache()
-        logits = self.forward(ids, cache, positions, self._batch_mask(mask, T))
+        logits = self.forward(ids, cache, positions, self._batch_mask(mask, T), logits_to_keep=1)
         return logits[:, -1], cache, mask, positions[:, -1] + 1
 
     def _batch_mask(self, mask2d: torch.Tensor, q: int) -> torch.Tensor:

@@ -73,3 +73,37 @@ def test_sampling_follows_processed_distribution(default_engine):
     # 5 degrees of freedom: P(chi2 > 20.5) ~ 0.001
     assert chi2 < 20.5, (chi2, counts, {t: round(probs[t].item(), 3) for t in support})
     assert not math.isnan(chi2)
+
+
+def test_cli_reaches_the_default_model_offline():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": "/nonexistent-hf-home"}
+    p = subprocess.run([sys.executable, "-m", "paradec", "generate", "--prompt", "Outline the module `json`.",
+                        "--max-new-tokens", "12", "--json"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["model"] == "paradec-tiny" and 1 <= out["tokens"] <= 12 and out["tokens_per_pass"] <= 1.0
+    for key in ("text", "token_ids", "forward_passes", "draft_passes", "ttft_s", "e2e_s", "tokens_per_s"):
+        assert key in out
+
+
+def test_shipped_models_have_cards_and_figures():
+    import json
+
+    from conftest import DEFAULT, DRAFT
+    for d in (DEFAULT, DRAFT):
+        s = json.loads((d / "training_summary.json").read_text())
+        card = (d / "README.md").read_text()
+        assert f"{s['parameters']:,}" in card and "validation perplexity" in card and "python -m paradec train" in card
+        assert (d / "model.safetensors").exists() and (d / "tokenizer.json").exists()
+    s = json.loads((DEFAULT / "training_summary.json").read_text())
+    d = json.loads((DRAFT / "training_summary.json").read_text())
+    assert 10e6 <= s["parameters"] <= 30e6 and d["parameters"] < s["parameters"] / 5
+    assert s["arch"]["max_position_embeddings"] >= 512 and 7000 <= s["vocab_size"] <= 9000
+    assert "format_rates" in s

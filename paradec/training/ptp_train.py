@@ -377,8 +377,9 @@ def train(args) -> Path:
         else:
             tr_p = corpus_prompts(engine, args.prompts, args.seed, "train")
             va_p = corpus_prompts(engine, args.eval_prompts, args.seed + 1, "val")
-        rows = teacher_rows(engine, tr_p, args.gen_tokens, args.seed, work / "teacher.pt", "train")
-        held = teacher_rows(engine, va_p, args.gen_tokens, args.seed + 7, work / "teacher_heldout.pt", "held-out")
+        rows = teacher_rows(engine, tr_p, args.gen_tokens, args.seed, work / "teacher.pt", "train", args.gen_batch)
+        held = teacher_rows(engine, va_p, args.gen_tokens, args.seed + 7, work / "teacher_heldout.pt", "held-out",
+                            args.gen_batch)
         src = args.data or "the default corpus (chat questions and stdlib source openings)"
         data_desc = (f"distillation: {len(tr_p)} prompts from {src}"
                      f", one sampled (T 0.7, top-k 50, top-p 0.95) and one greedy completion each, "
@@ -505,6 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", type=int, default=400, help="training prompts for teacher completions")
     p.add_argument("--eval-prompts", type=int, default=24)
     p.add_argument("--gen-tokens", type=int, default=96, help="tokens per teacher completion")
+    p.add_argument("--gen-batch", type=int, default=32, help="rows per batched teacher generation")
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--ckpt-every", type=int, default=25)
     p.add_argument("--max-minutes", type=float, help="stop (and save) after this much wall time")

@@ -1,0 +1,155 @@
+"""`pcw` (Parallel Context Windows): single chunk == ar, batched chunks == chunks alone, question positions,
+prompt splitting and the limits. All on the random tiny engine (context 512)."""
+import pytest
+import torch
+
+from paradec.strategies import Request, RequestError, get
+from paradec.strategies.parallel_context import encode_chunks, question_start
+
+SENTS = ["The ferry crossed the bay twice a day in good weather.", "An owl called from the woods at dusk.",
+         "def parse(line):\n    return line.split(',')", "Fresh bread was served in the small cafe.",
+         "The students copied the notes from the board.", "import os\nprint(os.getcwd())"]
+
+
+def text_of(n_sents, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return " ".join(SENTS[int(i)] for i in torch.randint(len(SENTS), (n_sents,), generator=g))
+
+
+def run(engine, name, req):
+    steps = list(get(name).stream(engine, req))
+    return [t for s in steps for t in s.token_ids], steps
+
+
+@pytest.mark.parametrize("prompt,chat", [
+    (text_of(12, 1), False),
+    (text_of(20, 2) + "\n\nWhat is the pass key? The pass key is", False),
+    (text_of(8, 3) + "\n\nQuestion: what did the owl do?", True),
+    ("def add(a, b):\n    return a + b\n", False),
+])
+def test_single_chunk_equals_ar_greedy(tiny_engine, prompt, chat):
+    req = Request(prompt=prompt, chat=chat, max_new_tokens=24, ignore_eos=True)
+    ar_ids, _ = run(tiny_engine, "ar", req)
+    pcw_ids, steps = run(tiny_engine, "pcw", req)
+    assert steps[0].info["chunks"] == 1 and steps[0].token_ids == [] and steps[0].prefill
+    assert pcw_ids == ar_ids
+    assert len(pcw_ids) == 24
+
+
+def test_single_chunk_equals_ar_sampled(tiny_engine):
+    req = Request(prompt=text_of(15, 4), chat=False, max_new_tokens=20, temperature=0.9, top_p=0.95, seed=7,
+                  ignore_eos=True)
+    assert run(tiny_engine, "pcw", req)[0] == run(tiny_engine, "ar", req)[0]
+
+
+def _alone(engine, chunk):
+    cache = engine.new_cache()
+    engine.forward(chunk, cache, logits_to_keep=1)
+    return cache
+
+
+@pytest.mark.parametrize("shared", [0, 1])
+def test_batched_chunks_equal_chunks_alone(tiny_engine, shared):
+    g = torch.Generator().manual_seed(5)
+    lens = [37, 50, 23, 50]
+    chunks = [torch.randint(10, 8000, (n,), generator=g).tolist() for n in lens]
+    if shared:                       # a BOS-like first token in every chunk, kept once
+        chunks = [[3] + c for c in chunks]
+    cache = encode_chunks(tiny_engine, chunks, shared)
+    assert tiny_engine.cache_len(cache) == sum(map(len, chunks)) - shared * (len(chunks) - 1)
+    for li in range(len(cache.layers)):
+        k, v = cache.layers[li].keys, cache.layers[li].values
+        assert k.shape[0] == 1
+        at = 0
+        for i, c in enumerate(chunks):
+            ref = _alone(tiny_engine, c).layers[li]
+            skip = shared if i else 0
+            n = len(c) - skip
+            torch.testing.assert_close(k[:, :, at:at + n], ref.keys[:, :, skip:], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(v[:, :, at:at + n], ref.values[:, :, skip:], atol=1e-5, rtol=1e-4)
+            at += n
+        assert at == k.shape[2]
+
+
+def test_question_positions_start_at_longest_chunk(tiny_engine, monkeypatch):
+    prompt = text_of(40, 6) + "\n\nWhat is the pass key? The pass key is"
+    req = Request(prompt=prompt, chat=False, max_new_tokens=6, ignore_eos=True, params={"window": 100})
+    lay = get("pcw").layout(tiny_engine, req)
+    chunks, question = lay["chunks"], lay["question"]
+    assert len(chunks) >= 3 and max(map(len, chunks)) <= 100
+    assert sum(map(len, chunks)) + len(question) == len(lay["ids"])
+    assert tiny_engine.decode(question).endswith("What is the pass key? The pass key is")
+
+    calls, real = [], tiny_engine.forward
+
+    def recording(ids, cache=None, positions=None, mask=None, logits_to_keep=0, **kw):
+        out = real(ids, cache, positions, mask, logits_to_keep, **kw)
+        calls.append((positions, out))
+        return out
+    monkeypatch.setattr(tiny_engine, "forward", recording)
+    ids, steps = run(tiny_engine, "pcw", req)
+    monkeypatch.undo()
+
+    longest = max(map(len, chunks))
+    assert steps[0].info["chunk_lengths"] == [len(c) for c in chunks]
+    assert steps[0].forward_passes == 1 and steps[0].token_ids == []     # ONE batched chunk pass
+    assert sum(s.forward_passes for s in steps) == 1 + len(ids)
+    # calls[0] is the batched chunk prefill (positions restart at 0 in every row)
+    pos0 = torch.as_tensor(calls[0][0])
+    assert pos0.shape[0] == len(chunks) and int(pos0[:, -1].max()) == longest - 1
+    q_pos = list(calls[1][0])
+    assert q_pos == list(range(longest, longest + len(question)))
+    assert [list(c[0]) for c in calls[2:]] == [[longest + len(question) + i] for i in range(len(ids) - 1)]
+
+    # the first answer logits equal a hand-built PCW: chunks alone, caches laid end to end, question after
+    ref = tiny_engine.new_cache()
+    alone = [_alone(tiny_engine, c) for c in chunks]
+    for li in range(len(alone[0].layers)):
+        ref.update(torch.cat([a.layers[li].keys for a in alone], -2),
+                   torch.cat([a.layers[li].values for a in alone], -2), li)
+    past = tiny_engine.cache_len(ref)
+    mask = tiny_engine.tree_mask(past, torch.ones(len(question), len(question), dtype=torch.bool).tril())
+    got = calls[1][1][0, -1]
+    ref_logits = tiny_engine.forward(question, ref, list(range(longest, longest + len(question))), mask, 1)[0, -1]
+    torch.testing.assert_close(got, ref_logits, atol=1e-4, rtol=1e-4)
+    # ... and the check is sensitive to the positions: sequential positions give other logits
+    ref2 = tiny_engine.new_cache()
+    for li in range(len(alone[0].layers)):
+        ref2.update(torch.cat([a.layers[li].keys for a in alone], -2),
+                    torch.cat([a.layers[li].values for a in alone], -2), li)
+    seq_logits = tiny_engine.forward(question, ref2, list(range(past, past + len(question))), mask, 1)[0, -1]
+    assert (seq_logits - ref_logits).abs().max() > 1e-3
+
+
+def test_question_split_rules(tiny_engine):
+    e = tiny_engine
+    body = text_of(30, 8)
+    ids = e.tokenizer(body + "\n\nQuestion: where did the ferry go?\n\nAnswer briefly.")["input_ids"]
+    q = question_start(e, ids, 64)
+    assert e.decode(ids[q:]).lstrip(" .").startswith("\n\nQuestion:") and body[-20:] in e.decode(ids[:q + 1])
+    ids = e.tokenizer(body + "\n\nWhat is the pass key? The pass key is")["input_ids"]
+    q = question_start(e, ids, 64)
+    assert e.decode(ids[q:]).lstrip(" .").startswith("\n\nWhat is") and len(ids) - q < 20
+    ids = e.tokenizer(body)["input_ids"]                     # no marker, no paragraph: last question_tokens
+    assert question_start(e, ids, 64) == len(ids) - 64
+    assert question_start(e, ids[:10], 64) == 1                # always keep one context token
+
+
+def test_long_prompt_accepted_beyond_context_and_limits(tiny_engine):
+    long = text_of(260, 9) + "\n\nWhat is the pass key? The pass key is"
+    n = len(tiny_engine.tokenizer(long)["input_ids"])
+    assert n > 1200 > tiny_engine.context_length
+    req = Request(prompt=long, chat=False, max_new_tokens=4, ignore_eos=True)
+    with pytest.raises(RequestError):
+        run(tiny_engine, "ar", req)
+    ids, steps = run(tiny_engine, "pcw", req)
+    assert len(ids) == 4 and steps[0].info["chunks"] >= 3
+    assert max(steps[0].info["chunk_lengths"]) <= tiny_engine.context_length - 4
+    small = Request(prompt=long, chat=False, max_new_tokens=4, params={"window": 100, "max_chunks": 5})
+    with pytest.raises(RequestError, match=r"max_chunks=5"):
+        run(tiny_engine, "pcw", small)
+    wide = Request(prompt=long, chat=False, max_new_tokens=100, params={"window": 480})
+    with pytest.raises(RequestError, match="exceed the model's context"):
+        run(tiny_engine, "pcw", wide)
+    with pytest.raises(RequestError, match="unknown parameter"):
+        run(tiny_engine, "pcw", Request(prompt="hi", params={"windw": 3}))
