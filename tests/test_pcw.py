@@ -153,3 +153,26 @@ def test_long_prompt_accepted_beyond_context_and_limits(tiny_engine):
         run(tiny_engine, "pcw", wide)
     with pytest.raises(RequestError, match="unknown parameter"):
         run(tiny_engine, "pcw", Request(prompt="hi", params={"windw": 3}))
+
+
+def test_eval_script_pieces(tiny_engine):
+    """The evaluation's baseline truncation, its short control items and its prefill timing rows."""
+    import json
+
+    from evals import longcontext_eval as lc
+    items = [json.loads(x) for x in lc.SUITE.read_text().splitlines() if x.strip()]
+    item = next(it for it in items if it.get("task") == "passkey" and it["depth_percent"] == 90)
+    req = Request(prompt=item["prompt"], chat=False, max_new_tokens=3, ignore_eos=True)
+    text, n, kept = lc.ar_truncated(tiny_engine, req)
+    assert n > tiny_engine.context_length and kept == tiny_engine.context_length - 3 and isinstance(text, str)
+    short = lc.short_control(item)
+    ids = tiny_engine.encode(Request(prompt=short["prompt"], chat=False))
+    assert item["reference"] in short["prompt"] and len(ids) + 8 <= tiny_engine.context_length
+    assert short["prompt"].endswith("The pass key is") and short["prompt"].startswith("A five-digit pass key")
+    rows = lc.prefill_cost(tiny_engine, 64, [2, 4], 1)
+    assert [r["chunks"] for r in rows] == [2, 4] and [r["tokens"] for r in rows] == [128, 256]
+    assert all(r["full_s"] > 0 and r["pcw_s"] > 0 and r["kernel_full_s"] > 0 for r in rows)
+    # with one chunk, pcw scores a continuation exactly like ar (the key log-probabilities of the eval)
+    lp = lc.key_logprobs(tiny_engine, Request(prompt=short["prompt"], chat=False, max_new_tokens=8),
+                         [item["reference"], "12345"])
+    assert lp["ar"] == pytest.approx(lp["pcw"], abs=1e-3) and lp["ar"][0] != lp["ar"][1]

@@ -76,7 +76,7 @@ def encode_chunks(engine, chunks: list[list[int]], shared_len: int = 0):
     single-sequence cache holding chunk 0 whole and every later chunk without its first `shared_len` tokens."""
     _, bcache, mask, _ = engine.prefill_batch(chunks)
     T = mask.shape[1]
-    starts = [T - len(c) + 0 for i, c in enumerate(chunks)]
+    starts = [T - len(c) + (shared_len if i else 0) for i, c in enumerate(chunks)]
     cache = engine.new_cache()
     for li, layer in enumerate(bcache.layers):
         k = torch.cat([layer.keys[i:i + 1, :, s:] for i, s in enumerate(starts)], dim=-2)
@@ -90,6 +90,7 @@ class ParallelContextWindows(Strategy):
     name = "pcw"
     title = "Parallel Context Windows"
     lossless = False
+    accepts_long_prompts = True      # reads prompts longer than the model's context (it validates them itself)
     params = {
         "window": Param(0, int, 0, 1_000_000, "tokens per context chunk (0 = context length - question - "
                                               "max_new_tokens, at least 64)"),
