@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import corpus as C
 
-N_DOC_QUESTIONS = 60
+N_DOC_QUESTIONS = 30
 
 
 def held_out_questions(limit: int = N_DOC_QUESTIONS):
@@ -37,6 +37,7 @@ def format_rates(engine, limit: int = N_DOC_QUESTIONS) -> dict:
     from ..race import run_alone
     from ..strategies import Request
     docs, outlines = held_out_questions(limit)
+    outlines = outlines[:limit]
     ok_doc, rouge = 0, []
     for q, ref in docs:
         lane = run_alone(engine, "ar", Request(prompt=C.docstring_question(q), max_new_tokens=120))
@@ -90,7 +91,7 @@ def write_card(model_dir: Path, command: str, rates: dict | None = None) -> Path
         f"| validation perplexity | {s['val_ppl_raw']:.2f} on held-out raw text, {s['val_ppl_chat']:.2f} on "
         "held-out chat examples |",
         f"| training time | {s['train_time_s'] / 60:.1f} min of compute (checkpoint writes excluded) |",
-        f"| hardware | {s['hardware']} |",
+        f"| hardware | {s['hardware']}{'. ' + s['note'] if s.get('note') else ''} |",
         f"| software | torch {s['torch']}, Python {s['python']} |",
         f"| command | `{command}` |",
         "",
