@@ -198,7 +198,7 @@ def table(df) -> list[dict]:
 
 def markdown(rows: list[dict], title: str = "") -> str:
     def f(v, fmt):
-        return "–" if v is None else format(v, fmt)
+        return "–" if v is None or v != v else format(v, fmt)
     head = ("| category | strategy | speed-up vs ar | end-to-end speed-up | tokens/s | tokens/pass | TTFT p50 (s) | TPOT p50 (ms) | "
             "ROUGE-L vs ar | ROUGE-L vs ref | perplexity | lossless mismatches | n |\n"
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")

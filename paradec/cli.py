@@ -143,7 +143,19 @@ def _generate(args) -> int:
     return 0
 
 
+def _cpu_name() -> str:
+    import platform
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _bench(args) -> int:
+    import os
     import json
     import platform
     from datetime import datetime, timezone
@@ -223,7 +235,7 @@ def _bench(args) -> int:
             else "python -m paradec bench ..."
         head = (f"### {args.name or 'bench'} — run {run_id}\n\n"
                 f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}\n"
-                f"- machine: {platform.machine()} {platform.processor() or ''}, {env.get('device')}, "
+                f"- machine: {_cpu_name()}, {os.cpu_count()} cores, {env.get('device')}, "
                 f"{env.get('dtype')}, torch {env.get('torch')}, transformers {env.get('transformers')}\n"
                 f"- model: {env.get('model')} ({env.get('parameters', 0) / 1e6:.1f}M parameters)\n"
                 f"- command: `{cmd}`\n"
