@@ -292,7 +292,8 @@ def _strategies(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m paradec", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("train", help="train the default model, its draft, or PTP/LUD/FocusLLM parameters")
+    t = sub.add_parser("train", help="train the default model, its draft, the SoT router; `train ptp|lud --help` "
+                                     "for the PTP and LUD parameters")
     t.add_argument("what", choices=["default", "draft", "smoke", "router", "card"])
     t.add_argument("--steps", type=int)
     t.add_argument("--name")
@@ -351,6 +352,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     import httpx
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["train", "ptp"]:        # the PTP and LUD trainers own their command lines
+        from .training.ptp_train import train_ptp_main
+        return train_ptp_main(argv[2:])
+    if argv[:2] == ["train", "lud"]:
+        from .training.lud_train import train_lud_main
+        return train_lud_main(argv[2:])
 
     from .engine import ModelError
     from .remote import RemoteError
