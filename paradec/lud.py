@@ -212,6 +212,7 @@ class LUDAdapter(nn.Module):
             tensors[f"{n}.lora_b"] = self.lora_b[_key(n)].detach().float().cpu().contiguous()
         tmp = folder / (WEIGHTS_NAME + ".tmp")
         save_file(tensors, str(tmp), metadata={"format": "pt", "kind": "paradec-lud"})
+        os.chmod(tmp, 0o644)
         os.replace(tmp, folder / WEIGHTS_NAME)
         cfg = asdict(self.config)
         if extra_training:

@@ -13,7 +13,6 @@ import json
 import math
 import platform
 import random
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -264,9 +263,7 @@ def render_chats_plain(convs):
 
 def save_model(model, tok, out_dir: Path, summary: dict):
     from transformers import GenerationConfig
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True)
+    out_dir.mkdir(parents=True, exist_ok=True)   # files are overwritten; adapters in subfolders (ptp/, lud/) stay
     model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                                                bos_token_id=None, do_sample=False)
     model.save_pretrained(out_dir, safe_serialization=True)
