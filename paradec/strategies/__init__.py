@@ -14,4 +14,13 @@ def load_all() -> dict:
         except ModuleNotFoundError as e:   # a strategy file not written yet
             if e.name != f"{__name__}.{m}":
                 raise
+    # one canonical order whatever imported what first: the UI and its API list strategies positionally
+
+    def key(item):
+        mod = item[1].__module__.rsplit(".", 1)[-1]
+        return (MODULES.index(mod) if mod in MODULES else len(MODULES), item[0])
+    ordered = sorted(REGISTRY.items(), key=key)
+    if list(REGISTRY) != [n for n, _ in ordered]:
+        REGISTRY.clear()
+        REGISTRY.update(ordered)
     return REGISTRY
