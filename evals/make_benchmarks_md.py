@@ -1,0 +1,196 @@
+"""Assemble BENCHMARKS.md from the sections `evals/run_benchmarks.sh` (and the PTP/LUD/long-context scripts) wrote
+to docs/bench/ and docs/; the summary figures are read from those tables, never typed by hand.
+
+    python evals/make_benchmarks_md.py
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+B = ROOT / "docs" / "bench"
+
+
+def section(name: str) -> str:
+    return (B / name).read_text().strip() + "\n"
+
+
+def rows(name: str, category: str = "all") -> dict[str, dict]:
+    """{strategy: {column: value}} of the 'category' rows of a bench table."""
+    text = (B / name).read_text()
+    head = None
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("| category |"):
+            head = [c.strip() for c in line.strip("|").split("|")]
+        elif head and line.startswith("|") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            d = dict(zip(head, cells))
+            if d["category"] == category:
+                out[d["strategy"]] = d
+    return out
+
+
+def num(v: str) -> float | None:
+    m = re.match(r"-?[0-9.]+", v or "")
+    return float(m.group()) if m else None
+
+
+def main() -> None:
+    peers = rows("peers.md")
+    ar_gen = num(peers["ar"]["tokens/s"]) / num(peers["hf-generate"]["tokens/s"])
+    spec = {s: rows(f"spec-{s}.md") for s in ("code", "docstrings", "rewrite")}
+    summary = ["| suite | pld ÷ hf-pld | sps ÷ hf-assisted | ar ÷ hf-generate | pld speed-up | sps speed-up | "
+               "lookahead speed-up | lossless mismatches |", "|---|---|---|---|---|---|---|---|"]
+    ratios, mism_total, gens = [], 0, 0
+    for suite, r in spec.items():
+        def tps(s):
+            return num(r[s]["tokens/s"])
+        a, b, c = tps("pld") / tps("hf-pld"), tps("sps") / tps("hf-assisted"), tps("ar") / tps("hf-generate")
+        ratios += [a, b]
+        mism = sum(int(r[s]["lossless mismatches"]) for s in r if r[s]["lossless mismatches"] not in ("–", ""))
+        mism_total += mism
+        gens += sum(int(r[s]["n"]) for s in r if s != "ar")
+        summary.append(
+            f"| {suite} | {tps('pld'):.1f} ÷ {tps('hf-pld'):.1f} = **{a:.2f}** | {tps('sps'):.1f} ÷ "
+            f"{tps('hf-assisted'):.1f} = **{b:.2f}** | {c:.2f} | {r['pld']['speed-up vs ar']} (τ "
+            f"{r['pld']['tokens/pass']}) | {r['sps']['speed-up vs ar']} (τ {r['sps']['tokens/pass']}) | "
+            f"{r['lookahead']['speed-up vs ar']} (τ {r['lookahead']['tokens/pass']}) | {mism} |")
+    race = "\n".join(section("race.md").splitlines()[2:])
+    race_ratios = [float(x) for x in re.findall(r"race/alone ([0-9.]+)", race)]
+    sot = rows("sot.md")
+    sotr = rows("sotr-nonlist.md")
+    remote = rows("remote-sot.md")
+    ptp = {n: rows(f"ptp-{n}.md") for n in ("code", "docstrings", "code-full")}
+
+    md = f"""# Benchmarks
+
+Every figure here was printed and stored by the benchmark commands on the code as it stands: `bash
+evals/run_benchmarks.sh` (sections peers, spec, sot, race), the PTP and LUD runs named in their sections, and
+`python evals/longcontext_eval.py`; `python evals/make_benchmarks_md.py` assembles this page from their tables
+in `docs/bench/`. Speed-ups are ratios **within one run** (mean tokens/s of the strategy ÷ mean tokens/s of `ar`,
+same prompts, same model); never compare absolute tokens/s across sections.
+
+**Machine**: AMD EPYC, 2 cores, no GPU, 24 GiB; torch 2.13.0+cpu, transformers 5.23.0, float32, 1 torch thread.
+**Date**: 2026-11-30. Sections 1, 2 and 5 were run on a quiet machine; the others ran while training jobs shared
+the two cores, so their absolute tokens/s are low and noisy (the ratios inside one run are what to read). No GPU
+was lent to this task: `evals/gpu_check.py` (the tests on CUDA, and `ar` on a random 8B-shaped Llama with its
+memory-bandwidth roofline fraction) is prepared and has not been run.
+
+Columns: *speed-up vs ar* = tokens/s ratio; *end-to-end speed-up* = mean `ar` E2E ÷ mean E2E; *tokens/pass* counts
+every target forward pass, the prefill pass included and a pass that only produced EOS too (so `ar` reads slightly
+below 1.00 where answers end by EOS); `hf-*` rows are transformers' `generate` run as one step, so their TTFT is the
+whole generation and TPOT reads 0, and transformers does not report the passes of its assisted or prompt-lookup
+generation (–). *Lossless mismatches* = prompts whose greedy token ids differ from `ar`'s.
+
+## 1. `ar` against transformers' own `generate` (issue 2)
+
+{section("peers.md")}
+`ar` ÷ `generate` tokens/s, same prompts, same run: **{ar_gen:.2f}** (goal ≥ 1.0; later goal ≥ 1.2), identical
+greedy tokens on every generation. In the runs of section 2: see the `ar ÷ hf-generate` column.
+
+## 2. Lossless speculative family against their transformers peers (issue 5)
+
+All strategies in one run per suite; `sps` and `hf-assisted` use the same draft (`paradec-tiny-draft`, 1.5M
+parameters); `pld` and `hf-pld` both propose 10 tokens from a 3..1-gram match.
+
+{chr(10).join(summary)}
+
+- {mism_total} lossless mismatches in {gens} generations of lossless strategies.
+- Ours ÷ the transformers peer ≥ 1.0 in {sum(r >= 1.0 for r in ratios)} of {len(ratios)} comparisons, ≥ 1.2 in
+  {sum(r >= 1.2 for r in ratios)}.
+- Published anchors (Spec-Bench, Vicuna-7B, A100): SpS 1.52×, PLD 1.66×, Lookahead 1.34×. Short docstring answers
+  (about 20 tokens) are dominated by per-step overhead; lookahead's wider passes cost more than they win on a
+  12M-parameter model on a CPU, where a pass is latency-bound by Python and kernel launches, not by weights.
+
+{section("spec-code.md")}
+{section("spec-docstrings.md")}
+{section("spec-rewrite.md")}
+## 3. Skeleton-of-Thought (issue 8)
+
+{section("sot.md")}
+SoT is slower here ({sot['sot']['end-to-end speed-up']} end to end; goal 1.83×, not met) and its answers score
+worse (perplexity {sot['sot']['perplexity']} against {sot['ar']['perplexity']}). For the default model the answer to
+"Outline the module X" *is* a numbered list, so `ar`'s whole answer is about as long as SoT's skeleton alone, and
+SoT then adds the expansions; on two CPU cores a batched step of 8 rows also costs more than a one-row step. The
+batched expansion itself is exact (test: each point expanded in the batch equals the same point expanded alone,
+token for token). The router's held-out accuracy is 24/25 = 0.96 (keyword rule 0.88).
+
+`sot-r` on non-list prompts (docstring questions, which it routes to `ar`):
+
+{section("sotr-nonlist.md")}
+Cost of the router on these prompts: {sotr['sot-r']['speed-up vs ar']} of `ar`'s tokens/s (goal: no more than 5%
+slower), same text.
+
+## 4. Parallel Token Prediction (issue 6)
+
+Shipped adapter `data/models/paradec-tiny/ptp/` (rank 32, block 16, 591 steps, 22.8 min of training on one
+shared core; card in its folder). CPU default `k=4, branches=2`; the third table uses full quadratic branching
+(`k=15, branches=16`).
+
+{section("ptp-code.md")}
+{section("ptp-docstrings.md")}
+{section("ptp-code-full.md")}
+PTP is lossless (tested token for token, greedy and under coupled sampling; 0 mismatches above) but far from the
+paper: τ {ptp['code']['ptp']['tokens/pass']} (code) and {ptp['docstrings']['ptp']['tokens/pass']} (docstrings)
+against ≥ 4 per verification step, and {ptp['code']['ptp']['speed-up vs ar']} /
+{ptp['docstrings']['ptp']['speed-up vs ar']} wall-clock against ≥ 2.4× on code. The adapter had 23 minutes of CPU
+training and its held-out τ was still rising (1.18, 1.65, 1.76, 1.84, 1.88 at steps 0, 150, 300, 450, 591; greedy,
+k=4); and on a CPU a pass costs about in proportion to its positions (9 ms for 1 token, 120 ms for the 272
+positions of a full quadratic pass: {ptp['code-full']['ptp']['speed-up vs ar']}).
+
+## 5. Race figures against benchmark-mode figures (issue 3)
+
+`python -m paradec race --check --strategies ar,pld,lookahead,sps --repeats 5 --max-new-tokens 96 --prompt
+'Outline the module `json`.'`: each strategy raced with the others, then alone, alternating, 5 times.
+
+{race}
+Race ÷ alone tokens/s between {min(race_ratios):.3f} and {max(race_ratios):.3f} (requirement: within 15%): the
+race runner times each step by itself with the device synchronised and always advances the strategy furthest
+behind on its own clock.
+
+## 6. Lexical Unit Decoding: threshold sweep (issue 7)
+
+Full table and reading: [docs/lud_sweep.md](docs/lud_sweep.md) (`python -m paradec.training.lud_train sweep`, one
+`bench` run per suite and threshold). Shipped parameters k=4, alpha 0.9, 900 steps (25 min). `lud` runs at
+0.54–0.60× `ar` on code and 0.46–0.60× on docstrings for thresholds 0.5–0.95, with tokens/pass 1.01–1.02 on code
+and no accepted pad token on docstrings; quality equals `ar` except at threshold 0.5 on code (ROUGE-L vs `ar`
+0.917, perplexity +5.5%). Goals (≥ 1.33× natural language, ≥ 1.30× code) not met: paradec-tiny is confident
+(p > 0.9) on under 2% of its code tokens, so multi-token lexical units hardly exist, while a 4-position pass with
+the adapter costs about 1.7× a 1-token pass on one CPU thread.
+
+## 7. Long context: parallel context windows (issue 9)
+
+See [docs/longcontext.md](docs/longcontext.md). Passkey accuracy 0/24 for both truncated `ar` and `pcw` at 2×–16×
+the 512-token window; the tiny model fails even when the text fits (0/6 on the in-window control), so this
+measures the model, not `pcw`. Prefill, full attention against `pcw`'s batched chunks on a random Llama of the same
+shapes: 1.69× faster at 8× the window, 2.19× at 16× (goal ≥ 3× at 8×, not met; the attention step alone scales
+with the chunk count, 4.36× at 8 chunks, but in a model this narrow the rest of the layer dominates).
+
+## 8. Remote engine: SoT through `paradec serve` (issue 10)
+
+{section("remote-sot.md")}
+Remote `sot` sends its point expansions concurrently (the server test sees them overlap), but `paradec serve` has
+one engine worker, so the server expands them one request after another: {remote['sot']['end-to-end speed-up']}
+end to end against remote `ar`. A server that batches concurrent requests (vLLM) would run them together; not
+measured here (no vLLM on this machine).
+
+## 9. Server and app load tests
+
+- `evals/load_server.py`: 8 concurrent streaming clients for 20 s against `paradec serve` (random tiny engine) on
+  127.0.0.1: 244/244 requests complete, no broken or garbled stream, 757 tokens/s, latency p50 0.62 s / p99
+  1.05 s, TTFT p50 0.55 s / p99 0.95 s (one engine worker; TTFT includes queueing).
+- `evals/load_app.py`: 8 concurrent `gradio_client` sessions racing ar, pld and lookahead (48 tokens), random tiny
+  engine: 8/8 complete; latency p50 1.91 s, max 2.74 s; first streamed token p50 1.66 s, max 2.54 s.
+- `evals/load_app.py --url …` against `python app.py` on the shipped model, same load: 8/8 complete, no error;
+  latency p50 9.0 s, max 15.4 s; first streamed token p50 7.0 s, max 13.7 s. The session first in the queue saw
+  its first token after 0.43 s; the others wait for the races ahead of them (all sessions share one engine). Run
+  while training jobs shared the cores.
+"""
+    (ROOT / "BENCHMARKS.md").write_text(md)
+    print("wrote BENCHMARKS.md")
+
+
+if __name__ == "__main__":
+    main()
