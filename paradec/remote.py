@@ -341,7 +341,7 @@ class RemoteEngine:
             yield held
 
     def _sot(self, request: Request, cancel=None) -> Iterator[Step]:
-        from .strategies.skeleton import (SkeletonOfThought, TEMPLATES, parse_skeleton, point_budgets,
+        from .strategies.skeleton import (SkeletonOfThought, TEMPLATES, fallback_steps, parse_skeleton, point_budgets,
                                           point_prefix, point_seed, render_skeleton, skeleton_prefix,
                                           split_question)
         p = SkeletonOfThought().resolve_params(request)
@@ -378,17 +378,7 @@ class RemoteEngine:
             why = (f"the {reason} has {len(points)} point{'s' if len(points) != 1 else ''}; "
                    "SoT needs at least 2, answering autoregressively")
             ar_req = dataclasses.replace(request, params={})
-            text, prev, first = "", None, True
-            for st in self._plain(ar_req, None, cancel, segment=1):
-                if first:
-                    st.info.update(fallback=why, stage="fallback")
-                    first = False
-                text += st.text
-                if prev is not None:
-                    yield prev
-                prev = st
-            prev.info["answer"] = text
-            yield prev
+            yield from fallback_steps(self._plain(ar_req, None, cancel, segment=1), why)
             return
 
         skeleton = render_skeleton(points)

@@ -347,8 +347,13 @@ def _fallback(engine, request: Request, why: str):
     """Plain `ar` on the original question, in segment 1; the reason on the first Step."""
     ar_req = dataclasses.replace(request, params={k: v for k, v in request.params.items()
                                                   if k.startswith("_") and k != "_skeleton"})
+    yield from fallback_steps(get("ar").stream(engine, ar_req), why)
+
+
+def fallback_steps(steps, why: str):
+    """Autoregressive fallback steps as SoT output: segment 1, the reason on the first, the answer on the last."""
     text, first, prev = "", True, None
-    for st in get("ar").stream(engine, ar_req):
+    for st in steps:
         st.segment = 1
         if first:
             st.info.update(fallback=why, stage="fallback")
