@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from . import checkpoint
 from . import corpus as C
 
 SPECIALS = ["<|pad|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
@@ -199,8 +200,8 @@ def train(cfg: TrainConfig, out_dir: Path | None = None, tokenizer_from: Path | 
     gen = torch.Generator().manual_seed(cfg.seed)
     state = {"step": 0, "elapsed_s": 0.0, "history": []}
     ckpt = work / "checkpoint.pt"
-    if ckpt.exists():
-        saved = torch.load(ckpt, weights_only=False)
+    saved = checkpoint.load(ckpt)
+    if saved is not None:
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["opt"])
         gen.set_state(saved["gen"])
@@ -231,10 +232,8 @@ def train(cfg: TrainConfig, out_dir: Path | None = None, tokenizer_from: Path | 
         if state["step"] % cfg.ckpt_every == 0 or state["step"] == cfg.steps:
             state["history"].append({"step": state["step"], "loss": round(loss.item(), 4),
                                      "elapsed_s": round(state["elapsed_s"], 1)})
-            tmp = work / "checkpoint.tmp"
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
-                        "state": state, "config": asdict(cfg)}, tmp)
-            tmp.replace(ckpt)
+            checkpoint.save(ckpt, {"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
+                                   "state": state, "config": asdict(cfg)})
             t_last = time.time()
     bar.close()
 

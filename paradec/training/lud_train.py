@@ -45,6 +45,7 @@ from pathlib import Path
 import torch
 
 from ..lud import LUDAdapter, LUDConfig, base_signature, pad_group_mask
+from . import checkpoint
 
 IGNORE = -100
 
@@ -264,8 +265,8 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
         torch.save(data, data_file)
         log(f"data: {len(data['greedy'])} greedy answers, built in {time.time() - t0:.0f}s")
     streams, greedy = data["streams"], data["greedy"]
-    if ckpt.exists():
-        saved = torch.load(ckpt, weights_only=False)
+    saved = checkpoint.load(ckpt)
+    if saved is not None:
         adapter.load_state_dict(saved["adapter"])
         opt.load_state_dict(saved["opt"])
         rng.setstate(saved["rng"])
@@ -312,10 +313,8 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
                                                        / max(1, sum(r["unit_labels"] for r in recent)), 4),
                                      "elapsed_s": round(state["elapsed_s"], 1)})
             recent = []
-            tmp = work / "lud_checkpoint.tmp"
-            torch.save({"adapter": adapter.state_dict(), "opt": opt.state_dict(), "rng": rng.getstate(),
-                        "state": state, "config": asdict(cfg)}, tmp)
-            tmp.replace(ckpt)
+            checkpoint.save(ckpt, {"adapter": adapter.state_dict(), "opt": opt.state_dict(), "rng": rng.getstate(),
+                                   "state": state, "config": asdict(cfg)})
             adapter.save(out_dir, {"config": asdict(cfg), "history": state["history"],
                                    "steps_done": state["step"], "train_time_s": round(state["elapsed_s"], 1)})
             t_last = time.time()

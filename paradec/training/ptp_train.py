@@ -31,7 +31,6 @@ import argparse
 import functools
 import json
 import math
-import os
 import platform
 import random
 import sys
@@ -42,6 +41,7 @@ import torch
 
 from .. import ptp as P
 from ..sampling import SamplingParams, pick, process
+from . import checkpoint
 
 TEACHER_SP = SamplingParams(0.7, 50, 0.95)
 PLAIN_SP = SamplingParams(1.0, 0, 1.0)
@@ -356,12 +356,6 @@ def structure(ad: P.PTPAdapter) -> dict:
             "hidden": ad.hidden}
 
 
-def _save_ckpt(path: Path, state: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
 def train(args) -> Path:
     from tqdm import tqdm
 
@@ -413,8 +407,8 @@ def train(args) -> Path:
                                 mode="C" if args.teacher_free else "O")
     opt = torch.optim.AdamW([q for q in ad.parameters()], lr=args.lr, weight_decay=0.0)
     step, curve, elapsed = 0, [], 0.0
-    if ckpt.exists():
-        st = torch.load(ckpt)
+    st = checkpoint.load(ckpt)
+    if st is not None:
         if st["config"] == structure(ad):
             ad.load_state_dict(st["adapter"])
             opt.load_state_dict(st["opt"])
@@ -442,7 +436,7 @@ def train(args) -> Path:
             "lr": args.lr, "batch": args.batch, "blocks_per_row": args.blocks,
             "curve": curve, "heldout_tokens_per_pass": curve[-1] if curve else None, "complete": final})
         ad.save(out)
-        _save_ckpt(ckpt, {"config": structure(ad), "adapter": ad.state_dict(),
+        checkpoint.save(ckpt, {"config": structure(ad), "adapter": ad.state_dict(),
                           "opt": opt.state_dict(), "step": step, "curve": curve, "elapsed": elapsed,
                           "torch_rng": torch.get_rng_state()})
 
