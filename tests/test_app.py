@@ -367,26 +367,36 @@ def test_chart_functions_on_a_frame():
 
 
 # ---------------------------------------------------------------------------------------------- app.py
+
+
+def start_app(args, env_extra, timeout):
+    """Start `python app.py ARGS` on a free 127.0.0.1 port; wait until /config answers. -> (proc, port, response)."""
+    import httpx
+    port = free_port()
+    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", OMP_NUM_THREADS="1")
+    env.pop("PARADEC_AUTH", None)
+    env.update(env_extra)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), *args, "--port", str(port)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    t0 = time.time()
+    while True:
+        assert proc.poll() is None, proc.stdout.read()
+        try:
+            return proc, port, httpx.get(f"http://127.0.0.1:{port}/config", timeout=2)
+        except httpx.HTTPError:
+            if time.time() - t0 > timeout:
+                proc.kill()
+                raise AssertionError("app.py did not start")
+            time.sleep(0.5)
+
+
 def test_app_py_binds_localhost_with_basic_auth(tmp_path):
     sys.path.insert(0, str(ROOT))
     from app import parse_auth
     assert parse_auth("ann:s3cret") == ("ann", "s3cret") and parse_auth("") is None
-    port = free_port()
-    env = dict(os.environ, PARADEC_AUTH="ann:s3cret", GRADIO_ANALYTICS_ENABLED="False", OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--random-tiny", "--port", str(port),
-                             "--db", str(tmp_path / "sub.db")], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc, port, r = start_app(["--random-tiny", "--db", str(tmp_path / "sub.db")], {"PARADEC_AUTH": "ann:s3cret"},
+                              timeout=120)
     try:
-        import httpx
-        t0 = time.time()
-        while True:
-            assert proc.poll() is None, proc.stdout.read()
-            try:
-                r = httpx.get(f"http://127.0.0.1:{port}/config", timeout=2)
-                break
-            except httpx.HTTPError:
-                assert time.time() - t0 < 120, "app.py did not start"
-                time.sleep(0.5)
         assert r.status_code == 401            # a login is required
         conns = subprocess.run(["ss", "-ltn"], capture_output=True, text=True).stdout if \
             subprocess.run(["which", "ss"], capture_output=True).returncode == 0 else ""
@@ -407,23 +417,12 @@ def test_app_on_a_remote_engine(tmp_path):
     """`app.py --engine URL`: the app on one machine, `paradec serve` as the engine; a race of 3 runs through it."""
     from test_server import Server
     server = Server().wait()
-    port = free_port()
-    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", OMP_NUM_THREADS="1")
-    env.pop("PARADEC_AUTH", None)
-    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--engine", server.url, "--port", str(port),
-                             "--db", str(tmp_path / "remote.db")], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        import httpx
-        t0 = time.time()
-        while True:
-            assert proc.poll() is None, proc.stdout.read()
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/config", timeout=2)
-                break
-            except httpx.HTTPError:
-                assert time.time() - t0 < 300, "app.py did not start"
-                time.sleep(0.5)
+        proc, port, _ = start_app(["--engine", server.url, "--db", str(tmp_path / "remote.db")], {}, timeout=300)
+    except BaseException:
+        server.stop()
+        raise
+    try:
         c = Client(f"http://127.0.0.1:{port}/", verbose=False, analytics_enabled=False)
         out = c.predict(*race_args("hello there", ["ar", "pld", "lookahead"], 8), api_name="/race")
         lanes = out[FIGS]["lanes"]
