@@ -1,18 +1,27 @@
-"""Long-context evaluation: Parallel Context Windows (`pcw`) against left-truncated `ar`.
+"""Long-context evaluation: passkey accuracy per input length and depth, and the prefill cost of `pcw`.
 
 Two measurements, printed and written to docs/longcontext.md:
 
 1. Passkey accuracy on the `longcontext` suite's passkey items (about 1k/2k/4k/8k tokens, key at six
-   depths). The baseline is `ar` on the prompt truncated from the left to fit the model's context (the last
-   context_length - max_new_tokens tokens; the truncation is done here, it is not a strategy). An answer
-   is right when the key's five digits appear in the output text.
+   depths) for each strategy of `--strategies` (default ar-truncated,pcw,focus). `ar-truncated` is the
+   baseline: `ar` on the prompt truncated from the left to fit the model's context (the last
+   context_length - max_new_tokens tokens; the truncation is done here, it is not a registered strategy).
+   Every other name is a registered paradec strategy run as is (`pcw`, `focus`: they read prompts longer than
+   the context themselves); one that is not registered or not available for the model (e.g. `focus` without
+   its trained parameters) is skipped with the reason printed. An answer is right when the key's five digits
+   appear in the output text. Every answer is also stored, as it is produced, as a result of one run of kind
+   'longcontext' in the results store (the app's database unless --db says otherwise; --no-store skips
+   it): per result the item id, category ('passkey', or 'passkey-control'), text, quality {correct, ...}
+   and meta {approx_tokens, depth_percent, input_tokens, context_length, ...}; the Dashboard charts accuracy
+   by length and a length x depth heatmap from them.
 2. Prefill cost against input length: one full-attention prefill of L tokens against pcw's batched chunk
    prefill of the same L tokens (L/window chunks of `window` tokens in ONE batched forward pass, plus
    laying the chunk caches end to end). Full attention cannot run past the default model's 512 positions,
    so both are timed on a randomly initialised Llama with the default model's shapes and
    max_position_embeddings 16384 (cost does not depend on the weights).
 
-    python evals/longcontext_eval.py [--model PATH] [--max-new-tokens 8] [--multiples 2,4,8,16]
+    python evals/longcontext_eval.py [--model PATH] [--strategies ar-truncated,pcw,focus] [--max-new-tokens 8]
+                                     [--multiples 2,4,8,16] [--db URL | --no-store] [--limit N]
 
 Run it with OMP_NUM_THREADS=1 on a shared machine; it sets torch to 1 thread unless --threads says more.
 """
@@ -37,13 +46,20 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from paradec.bench import effective_params  # noqa: E402
 from paradec.engine import DEFAULT_MODEL, Engine  # noqa: E402
+from paradec.race import run_alone  # noqa: E402
 from paradec.sampling import next_tokens  # noqa: E402
 from paradec.strategies import Output, Request, get  # noqa: E402
 from paradec.strategies.parallel_context import encode_chunks, plan_chunks  # noqa: E402
 
 SUITE = ROOT / "evals" / "suites" / "longcontext.jsonl"
 PREVIEW = Path("/tmp/paradec-tiny-preview")
+
+
+BASELINE = "ar-truncated"
+DEFAULT_STRATEGIES = "ar-truncated,pcw,focus"
+LOGPROB_STRATEGIES = (BASELINE, "pcw")      # those whose key log-probability is measured (teacher-forced)
 
 
 # ------------------------------------------------------------------------------------- the baseline
@@ -64,16 +80,50 @@ def ar_truncated(engine, req: Request) -> tuple[str, int, int]:
         logits = engine.forward([tok], cache, logits_to_keep=1)[0, -1]
 
 
-def pcw_run(engine, req: Request) -> tuple[str, dict]:
-    steps = list(get("pcw").stream(engine, req))
-    return "".join(s.text for s in steps), steps[0].info
+def usable_strategies(engine, names: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The names that can run on this engine, in order, and {name: why not} for the others (not registered,
+    or not available for this model: e.g. `focus` before its parameters are trained)."""
+    run, skipped = [], {}
+    for n in dict.fromkeys(names):
+        if n == BASELINE:
+            run.append(n)
+            continue
+        try:
+            ok, why = get(n).available(engine)
+        except Exception as e:  # noqa: BLE001 - unknown name, or a strategy file that does not import yet
+            ok, why = False, f"not a registered strategy here ({type(e).__name__}: {e})"
+        if ok:
+            run.append(n)
+        else:
+            skipped[n] = why or "not available for this model"
+    return run, skipped
+
+
+def run_strategy(engine, name: str, req: Request) -> dict:
+    """One strategy on one prompt: {text, error, e2e_s, ttft_s, n_tokens, tokens_per_s, info}."""
+    if name == BASELINE:
+        t = time.perf_counter()
+        try:
+            text, _, kept = ar_truncated(engine, req)
+            err = None
+        except Exception as e:  # noqa: BLE001 - a failure is a result
+            text, kept, err = "", None, f"{type(e).__name__}: {e}"
+        e2e = time.perf_counter() - t
+        n = len(engine.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
+        return {"text": text, "error": err, "e2e_s": e2e, "ttft_s": None, "n_tokens": n,
+                "tokens_per_s": n / e2e if e2e > 0 and n else None, "info": {"kept": kept}}
+    lane = run_alone(engine, name, req)
+    f = lane.figures()
+    return {"text": lane.text, "error": lane.error, "e2e_s": f.elapsed_s, "ttft_s": f.ttft_s, "n_tokens": f.tokens,
+            "tokens_per_s": f.tokens_per_s, "info": dict(lane.info)}
 
 
 @torch.inference_mode()
-def key_logprobs(engine, req: Request, keys: list[str]) -> dict[str, list[float]]:
+def key_logprobs(engine, req: Request, keys: list[str], which=LOGPROB_STRATEGIES) -> dict[str, list[float]]:
     """Teacher-forced log-probability (nats, summed over its tokens) of " <key>" right after the prompt, under
-    left-truncated ar and under pcw, for each key. A continuous view of retrieval when greedy output misses."""
-    out = {"ar": [], "pcw": []}
+    left-truncated ar and under pcw (those of `which`), for each key. A continuous view of retrieval when
+    greedy output misses."""
+    out = {}
     key_ids = [engine.tokenizer(" " + k, add_special_tokens=False)["input_ids"] for k in keys]
 
     def score(cache, past, lead, pos0, ks):
@@ -84,15 +134,17 @@ def key_logprobs(engine, req: Request, keys: list[str]) -> dict[str, list[float]
         engine.crop(cache, past)
         return float(lp.gather(-1, torch.tensor(ks).view(-1, 1)).sum())
 
-    ids = engine.encode(req)
-    kept = ids[-(engine.context_length - req.max_new_tokens):]
-    cache = engine.new_cache()
-    engine.forward(kept[:-1], cache, logits_to_keep=1)
-    out["ar"] = [score(cache, len(kept) - 1, kept[-1:], len(kept) - 1, ks) for ks in key_ids]
-    lay = get("pcw").layout(engine, req)
-    cache = encode_chunks(engine, lay["chunks"], lay["shared"])
-    pos0 = max(len(c) for c in lay["chunks"])
-    out["pcw"] = [score(cache, engine.cache_len(cache), lay["question"], pos0, ks) for ks in key_ids]
+    if BASELINE in which:
+        ids = engine.encode(req)
+        kept = ids[-(engine.context_length - req.max_new_tokens):]
+        cache = engine.new_cache()
+        engine.forward(kept[:-1], cache, logits_to_keep=1)
+        out[BASELINE] = [score(cache, len(kept) - 1, kept[-1:], len(kept) - 1, ks) for ks in key_ids]
+    if "pcw" in which:
+        lay = get("pcw").layout(engine, req)
+        cache = encode_chunks(engine, lay["chunks"], lay["shared"])
+        pos0 = max(len(c) for c in lay["chunks"])
+        out["pcw"] = [score(cache, engine.cache_len(cache), lay["question"], pos0, ks) for ks in key_ids]
     return out
 
 
@@ -117,30 +169,71 @@ def short_control(item: dict, chars: int = 1100) -> dict:
             "approx_tokens": 400, "control": True}
 
 
-def accuracy(engine, max_new: int, limit: int | None) -> tuple[list[dict], float]:
+def load_items(limit: int | None) -> list[dict]:
+    """The suite's passkey items (the first `limit`), preceded by the short controls of the shortest ones."""
     items = [json.loads(line) for line in SUITE.read_text().splitlines() if line.strip()]
     items = [it for it in items if it.get("task") == "passkey"][:limit]
     shortest = min(it["approx_tokens"] for it in items)
-    items = [short_control(it) for it in items if it["approx_tokens"] == shortest] + items
+    return [short_control(it) for it in items if it["approx_tokens"] == shortest] + items
+
+
+def start_run(store, engine, strategies: list[str], skipped: dict, args) -> int:
+    desc = engine.describe()
+    return store.create_run(
+        "longcontext", name=f"longcontext passkey ({', '.join(strategies)})", model=desc["model"],
+        device=desc["device"], dtype=desc["dtype"], environment={**desc, "machine": machine()},
+        strategies=strategies, settings={"suite": "longcontext", "task": "passkey",
+                                         "max_new_tokens": args.max_new_tokens, "limit": args.limit,
+                                         "skipped": skipped, "baseline": BASELINE})
+
+
+def store_row(store, run_id: int, row: dict, strategy: str, engine) -> None:
+    res = row["runs"][strategy]
+    lp = row["lp"].get(strategy)
+    quality = {"correct": row["ok"][strategy]}
+    if lp:
+        quality.update(key_logprob=lp[0], other_key_logprob=lp[1], key_preferred=lp[0] > lp[1])
+    meta = {"approx_tokens": row["approx"], "depth_percent": row["depth"], "input_tokens": row["tokens"],
+            "context_length": engine.context_length, "key_in_ar_window": row["key_in_ar_window"],
+            "control": row["control"]}
+    if res["info"].get("chunks") is not None:
+        meta["chunks"] = res["info"]["chunks"]
+    store.add_result(run_id, item_key=row["id"], category="passkey-control" if row["control"] else "passkey",
+                     strategy=strategy, prompt=row["prompt"], text=res["text"], n_tokens=res["n_tokens"] or 0,
+                     e2e_s=res["e2e_s"], ttft_s=res["ttft_s"], tokens_per_s=res["tokens_per_s"], quality=quality,
+                     meta=meta, error=res["error"],
+                     params=None if strategy == BASELINE else effective_params(strategy, {}))
+
+
+def accuracy(engine, max_new: int, limit: int | None, strategies: list[str], store=None,
+             run_id: int | None = None) -> tuple[list[dict], float]:
+    """Every strategy on every item; each answer is stored at once when a store and run are given."""
+    items = load_items(limit)
+    with_lp = [s for s in strategies if s in LOGPROB_STRATEGIES]
     rows, t0 = [], time.perf_counter()
     for it in items:
         req = Request(prompt=it["prompt"], chat=it.get("chat", True), max_new_tokens=max_new)
-        a_text, n_ids, kept = ar_truncated(engine, req)
-        p_text, info = pcw_run(engine, req)
         ids = engine.encode(req)
+        kept = engine.context_length - max_new
+        runs = {s: run_strategy(engine, s, req) for s in strategies}
         other = str(random.Random(it["id"]).randint(10000, 99999))
-        lp = key_logprobs(engine, req, [it["reference"], other])
-        rows.append({"id": it["id"], "tokens": n_ids, "approx": it["approx_tokens"], "depth": it["depth_percent"],
-                     "key": it["reference"], "ar_ok": it["reference"] in a_text, "pcw_ok": it["reference"] in p_text,
-                     "key_in_ar_window": key_in_tail(engine, ids, kept, it["reference"]),
-                     "chunks": info["chunks"], "ar_text": a_text, "pcw_text": p_text,
-                     "ar_key_lp": lp["ar"][0], "ar_other_lp": lp["ar"][1],
-                     "pcw_key_lp": lp["pcw"][0], "pcw_other_lp": lp["pcw"][1]})
-        r = rows[-1]
-        print(f"  {r['id']}  {r['tokens']:5d} tok  depth {r['depth']:2d}%  chunks {r['chunks']:2d}  "
-              f"ar {'OK ' if r['ar_ok'] else '-- '}{a_text!r:28.28}  pcw {'OK ' if r['pcw_ok'] else '-- '}"
-              f"{p_text!r:28.28}  log p(key) ar {r['ar_key_lp']:6.1f} (other {r['ar_other_lp']:6.1f}) "
-              f"pcw {r['pcw_key_lp']:6.1f} (other {r['pcw_other_lp']:6.1f})", flush=True)
+        lp = key_logprobs(engine, req, [it["reference"], other], with_lp) if with_lp else {}
+        chunks = next((r["info"]["chunks"] for r in runs.values() if r["info"].get("chunks") is not None), None)
+        row = {"id": it["id"], "prompt": it["prompt"], "tokens": len(ids), "approx": it["approx_tokens"],
+               "depth": it["depth_percent"], "key": it["reference"], "control": bool(it.get("control")),
+               "key_in_ar_window": key_in_tail(engine, ids, kept, it["reference"]), "chunks": chunks,
+               "ok": {s: not r["error"] and it["reference"] in r["text"] for s, r in runs.items()},
+               "text": {s: r["text"] for s, r in runs.items()}, "error": {s: r["error"] for s, r in runs.items()},
+               "lp": lp, "runs": runs}
+        rows.append(row)
+        if store is not None and run_id is not None:
+            for s in strategies:
+                store_row(store, run_id, row, s, engine)
+        marks = "  ".join(f"{s} {'OK ' if row['ok'][s] else ('ERR' if row['error'][s] else '-- ')}"
+                          f"{row['text'][s]!r:24.24}" for s in strategies)
+        lps = "  ".join(f"log p(key) {s} {v[0]:6.1f} (other {v[1]:6.1f})" for s, v in lp.items())
+        print(f"  {row['id']}  {row['tokens']:5d} tok  depth {row['depth']:2d}%  chunks {chunks or '-'}  {marks}  "
+              f"{lps}", flush=True)
     return rows, time.perf_counter() - t0
 
 
@@ -215,49 +308,77 @@ def machine() -> str:
             f"torch {torch.__version__} ({torch.get_num_threads()} thread(s)), transformers {transformers.__version__}")
 
 
-def tables(engine, rows, acc_s, cost, args) -> str:
+def _mark(row, s) -> str:
+    return "✓" if row["ok"][s] else ("E" if row["error"][s] else "✗")
+
+
+def accuracy_table(rows: list[dict], strategies: list[str]) -> list[str]:
+    """The passkey accuracy table: per suite length, one cell per depth with one mark per strategy, then each
+    strategy's total and how many keys survive ar's left truncation."""
     lengths = sorted({r["approx"] for r in rows})
     depths = sorted({r["depth"] for r in rows})
-    out = ["### Passkey accuracy (`ar` left-truncated vs `pcw`)", "",
+    out = ["| length (suite) | tokens | chunks | " + " | ".join(f"depth {d}%" for d in depths) + " | "
+           + " | ".join(strategies) + " | key kept |",
+           "|---|---|---|" + "---|" * len(depths) + "---|" * len(strategies) + "---|"]
+
+    def chunks(rs):
+        c = [r["chunks"] for r in rs if r["chunks"] is not None]
+        return str(round(statistics.mean(c))) if c else "–"
+    for n in lengths:
+        rs = [r for r in rows if r["approx"] == n]
+        cell = {r["depth"]: " / ".join(_mark(r, s) for s in strategies) for r in rs}
+        out.append(f"| ~{n}{' (control)' if all(r['control'] for r in rs) else ''} | "
+                   f"{round(statistics.mean(r['tokens'] for r in rs))} | {chunks(rs)} | "
+                   + " | ".join(cell.get(d, "") for d in depths) + " | "
+                   + " | ".join(f"{sum(r['ok'][s] for r in rs)}/{len(rs)}" for s in strategies)
+                   + f" | {sum(r['key_in_ar_window'] for r in rs)}/{len(rs)} |")
+    long = [r for r in rows if not r["control"]]
+    if long:
+        out.append("| all but the control | | | " + " | ".join(
+            " / ".join(str(sum(r["ok"][s] for r in long if r["depth"] == d)) for s in strategies)
+            + f" of {sum(r['depth'] == d for r in long)}" for d in depths) + " | "
+            + " | ".join(f"{sum(r['ok'][s] for r in long)}/{len(long)}" for s in strategies)
+            + f" | {sum(r['key_in_ar_window'] for r in long)}/{len(long)} |")
+    return out
+
+
+def tables(engine, rows, acc_s, cost, args, strategies: list[str], skipped: dict[str, str] | None = None) -> str:
+    lengths = sorted({r["approx"] for r in rows})
+    names = ", ".join(f"`{s}`" for s in strategies)
+    out = [f"### Passkey accuracy ({names})", "",
            f"Model `{engine.name}` (context {engine.context_length}), greedy, max_new_tokens {args.max_new_tokens}. "
-           "Cell: ar / pcw correct (the key's digits appear in the output). 'key kept' = items whose key survives "
-           "ar's left truncation. The ~400 row is a control built from the ~1024 items with most filler removed: "
-           "it fits the context, so ar sees the whole text and pcw has one chunk (where it computes exactly what "
-           "ar computes).", "",
-           "| length (suite) | tokens | chunks | " + " | ".join(f"depth {d}%" for d in depths)
-           + " | ar | pcw | key kept |",
-           "|---|---|---|" + "---|" * len(depths) + "---|---|---|"]
-    for n in lengths:
-        rs = [r for r in rows if r["approx"] == n]
-        cell = {r["depth"]: f"{'✓' if r['ar_ok'] else '✗'} / {'✓' if r['pcw_ok'] else '✗'}" for r in rs}
-        out.append(f"| ~{n}{' (control)' if n <= 512 else ''} | {round(statistics.mean(r['tokens'] for r in rs))} | "
-                   f"{round(statistics.mean(r['chunks'] for r in rs))} | "
-                   + " | ".join(cell.get(d, "") for d in depths)
-                   + f" | {sum(r['ar_ok'] for r in rs)}/{len(rs)} | {sum(r['pcw_ok'] for r in rs)}/{len(rs)} | "
-                   f"{sum(r['key_in_ar_window'] for r in rs)}/{len(rs)} |")
-    long = [r for r in rows if r["approx"] > 512]
-    out.append("| all beyond 512 | | | " + " | ".join(
-        f"{sum(r['ar_ok'] for r in long if r['depth'] == d)} / {sum(r['pcw_ok'] for r in long if r['depth'] == d)}"
-        f" of {sum(r['depth'] == d for r in long)}" for d in depths)
-        + f" | {sum(r['ar_ok'] for r in long)}/{len(long)} | {sum(r['pcw_ok'] for r in long)}/"
-        f"{len(long)} | {sum(r['key_in_ar_window'] for r in long)}/{len(long)} |")
-    out += ["", "#### The key's log-probability", "",
-            "Teacher-forced log-probability (nats, summed over the key's tokens) of \" <key>\" right after the "
-            "prompt, and how often the true key scores higher than a random five-digit key that is nowhere in "
-            "the text. A model that reads the key from the context prefers the true key; one that does not is "
-            "at chance (about half).", "",
-            "| length (suite) | ar: mean log p(key) | ar: mean log p(random key) | ar: true key preferred "
-            "| pcw: mean log p(key) | pcw: mean log p(random key) | pcw: true key preferred |",
-            "|---|---|---|---|---|---|---|"]
-    for n in lengths:
-        rs = [r for r in rows if r["approx"] == n]
-        m = lambda k: statistics.mean(r[k] for r in rs)  # noqa: E731
-        out.append(f"| ~{n}{' (control)' if n <= 512 else ''} | {m('ar_key_lp'):.2f} | {m('ar_other_lp'):.2f} | "
-                   f"{sum(r['ar_key_lp'] > r['ar_other_lp'] for r in rs)}/{len(rs)} | {m('pcw_key_lp'):.2f} | "
-                   f"{m('pcw_other_lp'):.2f} | {sum(r['pcw_key_lp'] > r['pcw_other_lp'] for r in rs)}/{len(rs)} |")
-    out += ["", f"({len(rows)} items, {acc_s:.0f} s for both strategies.) Sample outputs:", ""]
+           f"Cell: one mark per strategy, in the order {' / '.join(strategies)}: ✓ the key's digits appear in the "
+           "output, ✗ they do not, E the strategy failed on the item. `ar-truncated` is `ar` on the prompt cut "
+           "from the left to the context. 'key kept' = items whose key survives that truncation. The ~400 row is a "
+           "control built from the shortest items with most filler removed: it fits the context, so "
+           "`ar-truncated` sees the whole text"
+           + (" and `pcw` has one chunk (where it computes exactly what ar computes)" if "pcw" in strategies else "")
+           + ". 'chunks' = the context chunks of the first strategy that reports them.", ""]
+    out += accuracy_table(rows, strategies)
+    for s, why in (skipped or {}).items():
+        out.append(f"\n`{s}` was not run: {why}")
+    lp_names = [s for s in strategies if rows and s in rows[0]["lp"]]
+    if lp_names:
+        out += ["", "#### The key's log-probability", "",
+                "Teacher-forced log-probability (nats, summed over the key's tokens) of \" <key>\" right after the "
+                "prompt, and how often the true key scores higher than a random five-digit key that is nowhere in "
+                "the text. A model that reads the key from the context prefers the true key; one that does not is "
+                "at chance (about half).", "",
+                "| length (suite) | " + " | ".join(f"{s}: mean log p(key) | {s}: mean log p(random key) | "
+                                                  f"{s}: true key preferred" for s in lp_names) + " |",
+                "|---|" + "---|---|---|" * len(lp_names)]
+        for n in lengths:
+            rs = [r for r in rows if r["approx"] == n]
+            cells = []
+            for s in lp_names:
+                cells += [f"{statistics.mean(r['lp'][s][0] for r in rs):.2f}",
+                          f"{statistics.mean(r['lp'][s][1] for r in rs):.2f}",
+                          f"{sum(r['lp'][s][0] > r['lp'][s][1] for r in rs)}/{len(rs)}"]
+            out.append(f"| ~{n}{' (control)' if all(r['control'] for r in rs) else ''} | " + " | ".join(cells) + " |")
+    plural = "y" if len(strategies) == 1 else "ies"
+    out += ["", f"({len(rows)} items, {acc_s:.0f} s for {len(strategies)} strateg{plural}.) Sample outputs:", ""]
     for r in rows[:: max(1, len(rows) // 4)]:
-        out.append(f"- {r['id']} (key {r['key']}): ar {r['ar_text']!r}, pcw {r['pcw_text']!r}")
+        out.append(f"- {r['id']} (key {r['key']}): " + ", ".join(f"{s} {r['text'][s]!r}" for s in strategies))
     if cost:
         w = cost[0]["tokens"] // cost[0]["multiple"]
         out += ["", "### Prefill time against input length", "",
@@ -283,29 +404,36 @@ def tables(engine, rows, acc_s, cost, args) -> str:
     return "\n".join(out)
 
 
-def reading(rows, cost) -> str:
+def reading(rows, cost, strategies: list[str]) -> str:
     """A few sentences that state what the figures above show, computed from them."""
-    ctl = [r for r in rows if r["approx"] <= 512]
-    long = [r for r in rows if r["approx"] > 512]
+    ctl = [r for r in rows if r["control"]]
+    long = [r for r in rows if not r["control"]]
     out = ["### Reading", ""]
-    if ctl:
-        ok = sum(r["ar_ok"] for r in ctl)
-        pref = sum(r["ar_key_lp"] > r["ar_other_lp"] for r in ctl)
-        same = all(abs(r["ar_key_lp"] - r["pcw_key_lp"]) < 1e-3 for r in ctl)
-        out.append(f"- Control (the whole text fits): ar finds {ok}/{len(ctl)} keys and prefers the true key over a "
-                   f"random one in {pref}/{len(ctl)} items. "
-                   + ("pcw with its single chunk gives the same key log-probabilities as ar (to 1e-3), as it should."
-                      if same else "pcw with one chunk differs from ar here, which it should not."))
-        if ok == 0 and pref <= len(ctl) * 0.75:
-            out.append("- So this model does not retrieve a pass key even from a text it sees whole; the zeros on "
-                       "longer inputs measure the model, not pcw. pcw's part here is that it reads 8k-token prompts "
-                       "on a 512-position model at all, one batched chunk pass, with no error.")
+    if ctl and BASELINE in strategies:
+        ok = sum(r["ok"][BASELINE] for r in ctl)
+        line = f"- Control (the whole text fits): `{BASELINE}` finds {ok}/{len(ctl)} keys"
+        if BASELINE in ctl[0]["lp"]:
+            pref = sum(r["lp"][BASELINE][0] > r["lp"][BASELINE][1] for r in ctl)
+            line += f" and prefers the true key over a random one in {pref}/{len(ctl)} items"
+            if "pcw" in ctl[0]["lp"]:
+                same = all(abs(r["lp"][BASELINE][0] - r["lp"]["pcw"][0]) < 1e-3 for r in ctl)
+                line += (". pcw with its single chunk gives the same key log-probabilities as ar (to 1e-3), as it "
+                         "should." if same else ". pcw with one chunk differs from ar here, which it should not.")
+            out.append(line + ("" if line.endswith(".") else "."))
+            if ok == 0 and pref <= len(ctl) * 0.75:
+                out.append("- So this model does not retrieve a pass key even from a text it sees whole; the zeros "
+                           "on longer inputs measure the model, not the long-context strategies.")
+        else:
+            out.append(line + ".")
     if long:
-        out.append(f"- Beyond 512 tokens: ar {sum(r['ar_ok'] for r in long)}/{len(long)}, pcw "
-                   f"{sum(r['pcw_ok'] for r in long)}/{len(long)}; true key preferred over a random key: ar "
-                   f"{sum(r['ar_key_lp'] > r['ar_other_lp'] for r in long)}/{len(long)}, pcw "
-                   f"{sum(r['pcw_key_lp'] > r['pcw_other_lp'] for r in long)}/{len(long)} (chance is about half). "
-                   f"The key survived ar's left truncation in {sum(r['key_in_ar_window'] for r in long)}/{len(long)}.")
+        out.append("- Beyond the context: " + ", ".join(f"{s} {sum(r['ok'][s] for r in long)}/{len(long)}"
+                                                        for s in strategies)
+                   + f". The key survived ar's left truncation in {sum(r['key_in_ar_window'] for r in long)}/"
+                   f"{len(long)}.")
+        lp_names = [s for s in strategies if s in long[0]["lp"]]
+        if lp_names:
+            out.append("- True key preferred over a random key (chance is about half): " + ", ".join(
+                f"{s} {sum(r['lp'][s][0] > r['lp'][s][1] for r in long)}/{len(long)}" for s in lp_names) + ".")
     at8 = [c for c in cost if c["multiple"] == 8]
     if at8:
         c = at8[0]
@@ -323,6 +451,9 @@ def reading(rows, cost) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="model folder (default: data/models/paradec-tiny, or the preview)")
+    ap.add_argument("--strategies", default=DEFAULT_STRATEGIES,
+                    help=f"comma-separated: {BASELINE} (the truncated baseline) and registered strategies; one "
+                         "that is not registered or not available for the model is skipped with the reason")
     ap.add_argument("--max-new-tokens", type=int, default=8)
     ap.add_argument("--limit", type=int, default=None, help="only the first N passkey items")
     ap.add_argument("--multiples", default="2,4,8,16", help="input lengths for the prefill timing, x window")
@@ -332,42 +463,79 @@ def main(argv=None):
     ap.add_argument("--no-timing", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "docs" / "longcontext.md"))
     ap.add_argument("--json", default=None, help="also write the raw rows here")
+    ap.add_argument("--db", default=None, help="results store for the answers (SQLAlchemy URL or SQLite file; default "
+                                               "$PARADEC_DB or data/paradec.db, the app's)")
+    ap.add_argument("--no-store", action="store_true", help="do not store the answers as a run")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     model = args.model or (str(DEFAULT_MODEL) if (DEFAULT_MODEL / "config.json").exists() else str(PREVIEW))
     engine = Engine.load(model)
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(f"model {engine.name} on {engine.device}; {machine()}", flush=True)
-    print("passkey accuracy:", flush=True)
-    rows, acc_s = accuracy(engine, args.max_new_tokens, args.limit)
+    strategies, skipped = usable_strategies(engine, [x.strip() for x in args.strategies.split(",") if x.strip()])
+    for name, why in skipped.items():
+        print(f"skipping {name}: {why}", flush=True)
+    if not strategies:
+        print("error: none of the strategies can run", file=sys.stderr)
+        return 2
+    store = run_id = None
+    if not args.no_store:
+        from paradec.store import Store
+        store = Store(args.db)
+        run_id = start_run(store, engine, strategies, skipped, args)
+        print(f"storing the answers as run {run_id} in {store.url}", flush=True)
+    print(f"passkey accuracy ({', '.join(strategies)}):", flush=True)
+    try:
+        rows, acc_s = accuracy(engine, args.max_new_tokens, args.limit, strategies, store, run_id)
+    except BaseException as e:
+        if store is not None:
+            store.finish_run(run_id, "interrupted" if isinstance(e, KeyboardInterrupt) else "failed",
+                             error=f"{type(e).__name__}: {e}")
+        raise
+    if store is not None:
+        store.finish_run(run_id, "finished")
     cost = []
     if not args.no_timing:
         print("prefill cost:", flush=True)
         cost = prefill_cost(engine, args.window or engine.context_length,
                             [int(m) for m in args.multiples.split(",")], args.repeats)
-    body = tables(engine, rows, acc_s, cost, args) + "\n\n" + reading(rows, cost)
+    body = tables(engine, rows, acc_s, cost, args, strategies, skipped) + "\n\n" + reading(rows, cost, strategies)
+    about = {
+        "pcw": "`pcw` splits the prompt into a context and a final question, encodes the context as chunks of at "
+               "most `window` tokens in one batched forward pass with positions restarting at 0 in each chunk, "
+               "lays the chunk caches end to end, and lets the question and answer (positions from the longest "
+               "chunk's length on) attend to all of them. It is training-free and lets a 512-position model read "
+               "an 8k-token prompt.",
+        "focus": "`focus` (FocusLLM) encodes the memory as chunks the same way, turns each chunk into one trained "
+                 "candidate token, and decodes the question and answer against those candidates; it needs trained "
+                 "parameters (`python -m paradec train focus`).",
+    }
     doc = "\n".join([
-        "# Long context: Parallel Context Windows (`pcw`)", "",
+        "# Long context: passkey accuracy and prefill cost", "",
         "Produced by `python evals/longcontext_eval.py` (rerun it to refresh this page).", "",
         f"- Date: {when}", f"- Machine: {machine()}, device {engine.device}, dtype "
-        f"{str(engine.dtype).replace('torch.', '')}", f"- Model: `{model}`", "",
-        "`pcw` splits the prompt into a context and a final question, encodes the context as chunks of at most "
-        "`window` tokens in one batched forward pass with positions restarting at 0 in each chunk, lays the "
-        "chunk caches end to end, and lets the question and answer (positions from the longest chunk's length "
-        "on) attend to all of them. It is training-free and lets a 512-position model read an 8k-token prompt. "
-        "The baseline `ar` sees only the last context - max_new_tokens tokens.", "",
+        f"{str(engine.dtype).replace('torch.', '')}", f"- Model: `{model}`",
+        f"- Strategies: {', '.join(f'`{s}`' for s in strategies)}"
+        + (f" (skipped: {', '.join(f'`{s}`' for s in skipped)})" if skipped else ""),
+        *([f"- Answers stored as run {run_id} (kind `longcontext`) in the results store; the Dashboard charts "
+           "them"] if run_id is not None else []), "",
+        " ".join(about[s] for s in strategies if s in about)
+        + f" The baseline `{BASELINE}` sees only the last context - max_new_tokens tokens.", "",
         body, "",
         "The default model was never trained on passkey retrieval (it is a small model trained on the Python "
         "standard library and its documentation); the accuracy above is what it is, not a tuned result.", ""])
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(doc)
     if args.json:
-        Path(args.json).write_text(json.dumps({"accuracy": rows, "cost": cost, "model": model, "date": when},
-                                              indent=1))
+        raw = [{k: v for k, v in r.items() if k not in ("prompt", "runs")} for r in rows]
+        Path(args.json).write_text(json.dumps({"accuracy": raw, "cost": cost, "model": model, "date": when,
+                                               "strategies": strategies, "skipped": skipped, "run": run_id},
+                                              indent=1, default=str))
     print()
     print(body)
     print(f"\nwritten to {args.out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

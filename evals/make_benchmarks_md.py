@@ -6,6 +6,7 @@ to docs/bench/ and docs/; the summary figures are read from those tables, never 
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,8 +34,81 @@ def rows(name: str, category: str = "all") -> dict[str, dict]:
 
 
 def num(v: str) -> float | None:
-    m = re.match(r"-?[0-9.]+", v or "")
+    m = re.match(r"[-+]?[0-9.]+", v or "")
     return float(m.group()) if m else None
+
+
+def md_tables(text: str) -> list[dict]:
+    """Every Markdown table of a page: {"heading": the last heading above it, "lines": its lines, "head": the
+    header cells, "rows": one {header: cell} per body row}."""
+    out, heading, cur = [], "", None
+    for line in text.splitlines():
+        if line.startswith("#"):
+            heading = line.lstrip("#").strip()
+        if line.startswith("|"):
+            if cur is None:
+                cur = {"heading": heading, "lines": [], "head": [c.strip() for c in line.strip().strip("|").split("|")],
+                       "rows": []}
+                out.append(cur)
+            cur["lines"].append(line.rstrip())
+            if not line.startswith("|---") and len(cur["lines"]) > 1:
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                cur["rows"].append(dict(zip(cur["head"], cells)))
+        else:
+            cur = None
+    return out
+
+
+def lud_sweep(path: Path = ROOT / "docs" / "lud_sweep.md") -> tuple[str, str]:
+    """(the sweep table of the shipped LUD parameters from docs/lud_sweep.md, a summary computed from it)."""
+    t = next(t for t in md_tables(Path(path).read_text()) if "threshold" in t["head"])
+    lines = []
+    for suite in dict.fromkeys(r["suite"] for r in t["rows"]):
+        rs = [r for r in t["rows"] if r["suite"] == suite]
+        sp = [num(r["speed-up vs ar"]) for r in rs]
+        tau = [num(r["tokens/pass"]) for r in rs]
+        lossy = [f"{r['threshold']} (ROUGE-L vs `ar` {r['ROUGE-L vs ar']}, perplexity {r['perplexity change']})"
+                 for r in rs if num(r["ROUGE-L vs ar"]) < 1.0 or num(r["perplexity change"]) != 0.0]
+        th = [r["threshold"] for r in rs]
+        taus = f"{min(tau):.2f}" if min(tau) == max(tau) else f"{min(tau):.2f}–{max(tau):.2f}"
+        lines.append(textwrap.fill(
+            f"- {suite}: `lud` at {min(sp):.2f}–{max(sp):.2f}× `ar` for thresholds {th[0]}–{th[-1]}, tokens/pass "
+            f"{taus}; quality " + (f"below `ar` at threshold {', '.join(lossy)}, equal to `ar` elsewhere." if lossy
+                                   else "equal to `ar` at every threshold (ROUGE-L vs `ar` 1.000, same perplexity)."),
+            116, subsequent_indent="  ", break_on_hyphens=False))
+    return "\n".join(t["lines"]) + "\n", "\n".join(lines)
+
+
+def longcontext(path: Path = ROOT / "docs" / "longcontext.md") -> tuple[str, str]:
+    """(the passkey accuracy table from docs/longcontext.md, a summary computed from it and its prefill table).
+    The table's strategy columns are those between the depth columns and 'key kept', whatever they are."""
+    text = Path(path).read_text()
+    tabs = md_tables(text)
+    acc = next(t for t in tabs if t["heading"].startswith("Passkey accuracy"))
+    head = acc["head"]
+    last_depth = max(i for i, h in enumerate(head) if h.startswith("depth"))
+    strategies = head[last_depth + 1:head.index("key kept")]
+    control = next((r for r in acc["rows"] if "(control)" in r[head[0]]), None)
+    total = next(r for r in acc["rows"] if r[head[0]].startswith("all"))
+    ctx = re.search(r"context (\d+)", text)
+    out = [f"Passkey accuracy beyond the {ctx.group(1) + '-token ' if ctx else ''}context: "
+           + ", ".join(f"`{s}` {total[s]}" for s in strategies) + "."]
+    if control:
+        out.append("On the in-window control: " + ", ".join(f"`{s}` {control[s]}" for s in strategies) + ".")
+        if all(num(control[s]) == 0 for s in strategies):
+            out.append("The tiny model fails even when the whole text fits, so these zeros measure the model, not "
+                       "the long-context strategies.")
+    cost = next((t for t in tabs if t["heading"].startswith("Prefill time")), None)
+    by = {r["x window"]: r for r in cost["rows"]} if cost else {}
+    if "8x" in by:
+        r8 = num(by["8x"]["full / pcw"].strip("*"))
+        parts = [f"{num(r['full / pcw'].strip('*')):.2f}× faster at {m.replace('x', '×')} the window"
+                 for m, r in by.items() if m in ("8x", "16x")]
+        out.append("Prefill, full attention against `pcw`'s batched chunks on a random Llama of the same shapes: "
+                   + ", ".join(parts) + f" (goal ≥ 3× at 8×, {'met' if r8 >= 3 else 'not met'}; the attention "
+                   f"step alone {by['8x']['full / chunks']}× at {by['8x']['chunks']} chunks, but in a model this "
+                   "narrow the rest of the layer dominates).")
+    return "\n".join(acc["lines"]) + "\n", textwrap.fill(" ".join(out), 116, break_on_hyphens=False)
 
 
 def main() -> None:
@@ -63,6 +137,8 @@ def main() -> None:
     sotr = rows("sotr-nonlist.md")
     remote = rows("remote-sot.md")
     ptp = {n: rows(f"ptp-{n}.md") for n in ("code", "docstrings", "code-full")}
+    lud_table, lud_summary = lud_sweep()
+    lc_table, lc_summary = longcontext()
 
     md = f"""# Benchmarks
 
@@ -152,21 +228,26 @@ behind on its own clock.
 
 ## 6. Lexical Unit Decoding: threshold sweep (issue 7)
 
-Full table and reading: [docs/lud_sweep.md](docs/lud_sweep.md) (`python -m paradec.training.lud_train sweep`, one
-`bench` run per suite and threshold). Shipped parameters k=4, alpha 0.9, 900 steps (25 min). `lud` runs at
-0.54–0.60× `ar` on code and 0.46–0.60× on docstrings for thresholds 0.5–0.95, with tokens/pass 1.01–1.02 on code
-and no accepted pad token on docstrings; quality equals `ar` except at threshold 0.5 on code (ROUGE-L vs `ar`
-0.917, perplexity +5.5%). Goals (≥ 1.33× natural language, ≥ 1.30× code) not met: paradec-tiny is confident
-(p > 0.9) on under 2% of its code tokens, so multi-token lexical units hardly exist, while a 4-position pass with
-the adapter costs about 1.7× a 1-token pass on one CPU thread.
+`python -m paradec.training.lud_train sweep --model data/models/paradec-tiny`: one `bench` run (`ar` + `lud`, 10
+prompts) per suite and threshold, stored in the app's database, so the Dashboard's *Parameter sweep* chart plots
+speed-up, ROUGE-L and perplexity change against the threshold per category. Shipped parameters k=4, alpha 0.9, 900
+steps (25 min). Reading and a second set of parameters (alpha 0.6): [docs/lud_sweep.md](docs/lud_sweep.md).
+
+{lud_table}
+{lud_summary}
+
+Goals (≥ 1.33× natural language, ≥ 1.30× code) not met: paradec-tiny is confident (p > 0.9) on under 2% of its
+code tokens, so multi-token lexical units hardly exist, while a 4-position pass with the adapter costs about 1.7× a
+1-token pass on one CPU thread.
 
 ## 7. Long context: parallel context windows (issue 9)
 
-See [docs/longcontext.md](docs/longcontext.md). Passkey accuracy 0/24 for both truncated `ar` and `pcw` at 2×–16×
-the 512-token window; the tiny model fails even when the text fits (0/6 on the in-window control), so this
-measures the model, not `pcw`. Prefill, full attention against `pcw`'s batched chunks on a random Llama of the same
-shapes: 1.69× faster at 8× the window, 2.19× at 16× (goal ≥ 3× at 8×, not met; the attention step alone scales
-with the chunk count, 4.36× at 8 chunks, but in a model this narrow the rest of the layer dominates).
+`python evals/longcontext_eval.py` (page: [docs/longcontext.md](docs/longcontext.md)); its answers are stored as a
+run of kind `longcontext`, which the Dashboard charts as accuracy by input length and a length × depth heatmap per
+strategy. Cell: one mark per strategy, in the order of the strategy columns.
+
+{lc_table}
+{lc_summary}
 
 ## 8. Remote engine: SoT through `paradec serve` (issue 10)
 

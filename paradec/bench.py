@@ -71,6 +71,17 @@ def items_from_evalset(es) -> list[BenchItem]:
             for it in es.items]
 
 
+def effective_params(name: str, given: dict | None) -> dict:
+    """The parameters a strategy runs with: its defaults, overridden by `given` (stored with every result, so a
+    sweep over one parameter can be charted). A strategy not registered here (a remote server's own) keeps
+    `given` as it is."""
+    from .strategies import RequestError
+    try:
+        return get(name).resolve_params(Request(prompt="", params=dict(given or {})))
+    except (RequestError, TypeError, ValueError):
+        return dict(given or {})
+
+
 def _ordered(strategies: list[str]) -> list[str]:
     """`ar` first: every other strategy's quality and losslessness is measured against its output."""
     s = [x for x in strategies if x != "ar"]
@@ -89,6 +100,7 @@ def run_bench(engine, store, run_id: int, items: list[BenchItem], settings: Benc
         warm = Request(prompt=items[0].turns[0], chat=items[0].chat, max_new_tokens=8)
         for s in strategies:
             run_alone(engine, s, warm, settings.params.get(s))
+    params = {s: effective_params(s, settings.params.get(s)) for s in strategies}
     stored = skipped = 0
     for item in items:
         ar_outputs: dict[tuple[int, int], tuple[list[int], str]] = {}
@@ -119,6 +131,7 @@ def run_bench(engine, store, run_id: int, items: list[BenchItem], settings: Benc
                                forward_passes=f.forward_passes, draft_passes=f.draft_passes, drafted=f.drafted,
                                accepted=f.accepted, ttft_s=f.ttft_s, e2e_s=f.elapsed_s, tokens_per_s=f.tokens_per_s,
                                tpot_s=f.tpot_s, tokens_per_pass=f.tokens_per_pass, itl=f.itl, error=lane.error,
+                               params=params[s],
                                quality=_quality(engine, req, lane, s, ar_outputs.get((rep, turn)),
                                                 item.reference_for(turn),
                                                 settings))

@@ -5,8 +5,11 @@ in WAL mode with a busy timeout and foreign keys on, so a dashboard can read whi
 
 Every result is written in its own transaction as soon as it exists, so an interrupted run keeps all it
 finished; the unique key (run_id, item_key, strategy, repeat, turn) makes a duplicate row impossible, and
-`done_keys` tells a resumed run what to skip. An eval set and all its items are saved in one transaction:
-all or nothing. The store knows nothing about torch; all queries are parameterised (ORM / bound values).
+`done_keys` tells a resumed run what to skip. Each result keeps the parameters its strategy ran with
+(`params`, so a parameter sweep can be charted) and free facts about its item (`meta`, e.g. input length);
+a database made by an older paradec gains such new columns when opened. An eval set and all its items are saved
+in one transaction: all or nothing. The store knows nothing about torch; all queries are parameterised (ORM /
+bound values).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from sqlalchemy.pool import StaticPool
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DB = ROOT / "data" / "paradec.db"
 
-RUN_KINDS = ("race", "bench", "eval")
+RUN_KINDS = ("race", "bench", "eval", "longcontext")
 RUN_STATUSES = ("running", "finished", "interrupted", "failed")
 EVAL_FORMATS = ("csv", "jsonl", "specbench")
 
@@ -126,6 +129,8 @@ class Result(Base):
     tokens_per_pass: Mapped[float | None] = mapped_column(Float)
     itl: Mapped[list | None] = mapped_column(JSON(none_as_null=True))
     quality: Mapped[dict | None] = mapped_column(JSON(none_as_null=True))
+    params: Mapped[dict | None] = mapped_column(JSON(none_as_null=True))    # the strategy's parameters as run
+    meta: Mapped[dict | None] = mapped_column(JSON(none_as_null=True))      # facts about the item (length, depth)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
@@ -165,6 +170,18 @@ def _normalise_url(url: str | os.PathLike | None) -> str:
 
 def _row_dict(obj) -> dict:
     return {c.name: getattr(obj, c.name) for c in obj.__table__.columns}
+
+
+def run_params(settings: dict | None, strategy: str) -> dict | None:
+    """The parameters a run's settings name for one strategy: `{"bench": {"params": {strategy: {...}}}}` (bench
+    and eval runs) or `{"params": {strategy: {...}}}` (races); None when they name none."""
+    if not isinstance(settings, dict):
+        return None
+    for holder in (settings.get("bench"), settings):
+        params = holder.get("params") if isinstance(holder, dict) else None
+        if isinstance(params, dict) and isinstance(params.get(strategy), dict):
+            return dict(params[strategy])
+    return None
 
 
 def _process_tag(pid: int) -> str:
@@ -435,12 +452,15 @@ class Store:
                           eval_set_id: int | None = None, status: str | None = None, model: str | None = None,
                           include_errors: bool = True, light: bool = False):
         """One row per result, with the run's columns joined (run_name, run_kind, run_status, model, device,
-        dtype, run_created_at, eval_set_id) and each quality key spread into a `q_<key>` column.
+        dtype, run_created_at, eval_set_id), each quality key spread into a `q_<key>` column and each meta key
+        into an `m_<key>` column. `params` is the strategy's parameters as stored with the result; a result
+        stored before paradec kept them gets the ones its run's settings name for its strategy (or None).
         `light` leaves out the bulky columns (text, token_ids, itl, prompt)."""
         import pandas as pd
 
         q = (select(Result, Run.name, Run.kind, Run.status, Run.model, Run.device, Run.dtype, Run.created_at,
-                    Run.eval_set_id).join(Run, Result.run_id == Run.id).order_by(Result.run_id, Result.id))
+                    Run.eval_set_id, Run.settings).join(Run, Result.run_id == Run.id)
+             .order_by(Result.run_id, Result.id))
         if run_ids is not None:
             ids = [run_ids] if isinstance(run_ids, int) else list(run_ids)
             q = q.where(Result.run_id.in_(ids))
@@ -461,12 +481,16 @@ class Store:
         bulky = {"text", "token_ids", "itl", "prompt"} if light else set()
         rows = []
         with self.session() as s:
-            for res, rname, rkind, rstatus, rmodel, rdevice, rdtype, rcreated, rset in s.execute(q).all():
+            for res, rname, rkind, rstatus, rmodel, rdevice, rdtype, rcreated, rset, rsettings in s.execute(q).all():
                 d = {k: v for k, v in _row_dict(res).items() if k not in bulky}
                 d.update(run_name=rname, run_kind=rkind, run_status=rstatus, model=rmodel, device=rdevice,
                          dtype=rdtype, run_created_at=rcreated, eval_set_id=rset)
+                if d.get("params") is None:
+                    d["params"] = run_params(rsettings, res.strategy)
                 for k, v in (res.quality or {}).items():
                     d[f"q_{k}"] = v
+                for k, v in (res.meta or {}).items():
+                    d[f"m_{k}"] = v
                 rows.append(d)
         base_cols = [c for c in (["id", "run_id"] + sorted(RESULT_FIELDS) + ["created_at", "run_name", "run_kind",
                                  "run_status", "model", "device", "dtype", "run_created_at", "eval_set_id"])

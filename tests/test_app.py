@@ -64,6 +64,16 @@ def val(x):
     return x["value"] if isinstance(x, dict) and x.get("__type__") == "update" else x
 
 
+def array(v) -> list:
+    """A numeric array of a plot's JSON as a list (plotly sends them base64-encoded: {dtype, bdata})."""
+    if isinstance(v, dict) and "bdata" in v:
+        import base64
+
+        import numpy as np
+        return np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"]).tolist()
+    return list(v)
+
+
 def wait_job(job, timeout=240):
     t0 = time.time()
     while not job.done():
@@ -290,8 +300,11 @@ def test_dashboard_returns_plots_and_csv(app):
     c = client(app)
     if not store.list_runs(kind="race"):
         c.predict(*race_args("dashboard data", ["ar", "pld"], 12), api_name="/race")
-    warning, info, speed, latency, quality, tau, summary, export = c.predict([], "all", [], [], "",
-                                                                             api_name="/dashboard")
+    (warning, info, speed, latency, quality, tau, summary, export, sweep, sweep_pick, lc_len,
+     lc_heat) = c.predict([], "all", [], [], "", api_name="/dashboard")     # the sweep picker has a default
+    for p in (sweep, lc_len, lc_heat):      # no sweep and no long-context run stored yet: a message, no traces
+        fig = json.loads(p["plot"])
+        assert not fig["data"] and fig["layout"]["annotations"][0]["text"].startswith("no ")
     for p in (speed, latency, quality, tau):
         assert isinstance(p, dict) and p.get("type") == "plotly"
         fig = json.loads(p["plot"])
@@ -303,10 +316,49 @@ def test_dashboard_returns_plots_and_csv(app):
     assert len(csv) == int(info.split()[0]) and {"strategy", "tokens_per_s", "run_id"} <= set(csv.columns)
     assert summary["data"]
     # filters: one strategy keeps ar as its reference; a bad date is a clear error
-    *_, export2 = c.predict([], "all", ["pld"], [], "", api_name="/dashboard")
+    export2 = c.predict([], "all", ["pld"], [], "", api_name="/dashboard")[7]
     assert set(pd.read_csv(val(export2))["strategy"]) == {"ar", "pld"}
     with pytest.raises(Exception, match="not YYYY-MM-DD"):
         c.predict([], "all", [], [], "yesterday", api_name="/dashboard")
+
+
+def test_dashboard_charts_a_parameter_sweep_and_long_context_runs(app):
+    store = app["store"]
+    races = [r["id"] for r in store.list_runs(kind="race")]
+    mine = []
+    for n in (1, 3):            # two bench runs of ar + pld that differ in pld's max_ngram
+        rid = store.create_run("bench", name=f"sweep {n}", model="random-0", strategies=["ar", "pld"])
+        mine.append(rid)
+        for item in range(2):
+            store.add_result(rid, item_key=str(item), category="code", strategy="ar", tokens_per_s=100.0, params={})
+            store.add_result(rid, item_key=str(item), category="code", strategy="pld", tokens_per_s=100.0 + 50 * n,
+                             params={"max_ngram": n, "num_pred": 10}, quality={"rouge_l_vs_ar": 1.0})
+        store.finish_run(rid)
+    lc = store.create_run("longcontext", name="lc", model="random-0", strategies=["ar-truncated", "pcw"])
+    for s in ("ar-truncated", "pcw"):
+        for n, depth in ((1024, 10), (1024, 90), (2048, 10)):
+            store.add_result(lc, item_key=f"{n}-{depth}", category="passkey", strategy=s,
+                             quality={"correct": s == "pcw" and depth == 10},
+                             meta={"approx_tokens": n, "depth_percent": depth, "context_length": 512})
+    mine.append(lc)
+    c = client(app)             # (earlier tests' runs may hold pld at its default max_ngram too: pick ours)
+    *_, sweep, pick, lc_len, lc_heat = c.predict(mine, "all", [], [], "", "auto", api_name="/dashboard")
+    fig = json.loads(sweep["plot"])
+    assert "pld · max_ngram" in fig["layout"]["title"]["text"]
+    code = [t for t in fig["data"] if t["name"] == "code"]
+    assert array(code[0]["x"]) == [1.0, 3.0] and array(code[0]["y"]) == pytest.approx([1.5, 2.5])
+    assert "pld:max_ngram" in [ch[1] for ch in pick["choices"]]
+    heat = json.loads(lc_heat["plot"])
+    assert len(heat["data"]) == 2 and heat["data"][1]["text"][0] == ["1/1", "0/1"]
+    lines = json.loads(lc_len["plot"])
+    assert [t["name"] for t in lines["data"]] == ["ar-truncated", "pcw"]
+    # only a race picked: no sweep there, and the chart says so
+    *_, sweep, _, lc_len, _ = c.predict(races[:1], "all", [], [], "", "pld:max_ngram", api_name="/dashboard")
+    assert "not in the selected runs" in json.loads(sweep["plot"])["layout"]["annotations"][0]["text"]
+    assert not json.loads(lc_len["plot"])["data"]
+    # the reload button offers the sweep too
+    *_, sweep_choices = c.predict(api_name="/dashboard_choices")
+    assert "pld:max_ngram" in [ch[1] for ch in sweep_choices["choices"]]
 
 
 def test_columns_render_groups_and_sot_points(tiny_engine):

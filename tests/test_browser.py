@@ -115,3 +115,8 @@ def test_arena_race_stop_upload_dashboard(app, page, tmp_path):
     page.wait_for_selector("#pd-plot-speedup .js-plotly-plot", timeout=60_000)
     page.wait_for_selector("#pd-plot-latency .js-plotly-plot", timeout=60_000)
     assert page.locator("#pd-plot-speedup").inner_text().count("Speed-up") >= 1
+    # the sweep and long-context charts render too; with only races stored they say what would fill them
+    page.wait_for_selector("#pd-plot-sweep .js-plotly-plot", timeout=60_000)
+    assert "no parameter sweep" in page.locator("#pd-plot-sweep").inner_text()
+    assert "no long-context results" in page.locator("#pd-plot-lc-heatmap").inner_text()
+    assert page.locator("#pd-dash-sweep").is_visible()

@@ -175,4 +175,5 @@ def test_eval_script_pieces(tiny_engine):
     # with one chunk, pcw scores a continuation exactly like ar (the key log-probabilities of the eval)
     lp = lc.key_logprobs(tiny_engine, Request(prompt=short["prompt"], chat=False, max_new_tokens=8),
                          [item["reference"], "12345"])
-    assert lp["ar"] == pytest.approx(lp["pcw"], abs=1e-3) and lp["ar"][0] != lp["ar"][1]
+    ar = lp[lc.BASELINE]
+    assert ar == pytest.approx(lp["pcw"], abs=1e-3) and ar[0] != ar[1]

@@ -447,8 +447,10 @@ def sweep_markdown(rows: list[dict], head: str = "") -> str:
 
 
 def sweep_main(argv: list[str]) -> int:
-    """`python -m paradec.training.lud_train sweep`: one `paradec bench` run (ar + lud) per suite and threshold;
-    prints / writes a Markdown table. Speed-ups are within each run (same prompts, same process)."""
+    """`python -m paradec.training.lud_train sweep`: one `paradec bench` run (ar + lud) per suite and threshold,
+    stored in the app's database unless --db says otherwise (each lud result keeps its threshold, so the
+    Dashboard's parameter-sweep chart plots them); prints / writes a Markdown table. Speed-ups are within each
+    run (same prompts, same process)."""
     import os
     import subprocess
     p = argparse.ArgumentParser(prog="python -m paradec.training.lud_train sweep")
@@ -458,7 +460,8 @@ def sweep_main(argv: list[str]) -> int:
     p.add_argument("--limit", type=int, default=10)
     p.add_argument("--k", type=int)
     p.add_argument("--adapter", help="LUD folder (default <model>/lud)")
-    p.add_argument("--db", default="/tmp/lud.db")
+    p.add_argument("--db", help="SQLAlchemy URL or SQLite file for the runs (default: the app's, $PARADEC_DB or "
+                                "data/paradec.db, so the Dashboard charts the sweep)")
     p.add_argument("--out", help="write the Markdown table here")
     p.add_argument("--json-out", help="write the rows as JSON here")
     args = p.parse_args(argv)
@@ -471,8 +474,10 @@ def sweep_main(argv: list[str]) -> int:
             if args.adapter:
                 params["adapter"] = args.adapter
             cmd = [sys.executable, "-m", "paradec", "bench", "--suite", suite, "--strategies", "ar,lud",
-                   "--params", json.dumps({"lud": params}), "--limit", str(args.limit), "--db", args.db, "--json",
+                   "--params", json.dumps({"lud": params}), "--limit", str(args.limit), "--json",
                    "--name", f"lud-sweep {suite} {th}"]
+            if args.db:
+                cmd += ["--db", args.db]
             if args.model:
                 cmd += ["--model", args.model]
             r = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
@@ -489,6 +494,9 @@ def sweep_main(argv: list[str]) -> int:
             print(json.dumps(rows[-1]), file=sys.stderr)
     md = sweep_markdown(rows)
     print(md)
+    from ..store import default_url
+    print(f"runs {', '.join(str(r['run']) for r in rows)} stored in {args.db or default_url()}: the Dashboard's "
+          "'Parameter sweep' chart shows them (lud · threshold)", file=sys.stderr)
     if args.out:
         Path(args.out).write_text(md)
     if args.json_out:

@@ -259,6 +259,289 @@ def tokens_per_pass_hist(df: pd.DataFrame) -> go.Figure:
     return fig
 
 
+# ------------------------------------------------------------------------------------- parameter sweeps
+SWEEP_AUTO = "auto"
+SWEEP_COLUMNS = ["value", "category", "variant", "speedup", "rouge_l_vs_ar", "ppl_change_pct", "n", "runs"]
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and not (isinstance(v, float) and math.isnan(v))
+
+
+def _params(v) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def _quality_values(df: pd.DataFrame, key: str) -> pd.Series:
+    """A quality figure per row: the `q_<key>` column, else the `quality` dicts, else NaN."""
+    if f"q_{key}" in df:
+        return _num(df[f"q_{key}"])
+    if "quality" in df:
+        return _num(pd.Series([q.get(key) if isinstance(q, dict) else None for q in df["quality"]], index=df.index))
+    return pd.Series(float("nan"), index=df.index)
+
+
+def _sweep_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Error-free rows of the runs that include `ar` (a sweep point is always measured against its own run's ar)."""
+    df = _ok(df)
+    if len(df) == 0 or "params" not in df or "strategy" not in df:
+        return pd.DataFrame()
+    with_ar = set(df.loc[df["strategy"] == "ar", "run_id"])
+    return df[df["run_id"].isin(with_ar)]
+
+
+def sweep_candidates(df: pd.DataFrame) -> list[dict]:
+    """Every (strategy, numeric parameter) that takes two or more values among the results of runs that also ran
+    `ar`: [{"strategy", "param", "values", "runs", "key"}], most values first. `key` ('strategy:param') is what
+    `sweep_table` and `sweep_chart` take."""
+    df = _sweep_rows(df)
+    if len(df) == 0:
+        return []
+    if "strategy_shown" in df:
+        df = df[df["strategy_shown"]]
+    out = []
+    for s, d in df[df["strategy"] != "ar"].groupby("strategy", sort=True):
+        values: dict[str, set] = {}
+        runs: dict[str, set] = {}
+        for params, run_id in zip(d["params"], d["run_id"]):
+            for k, v in _params(params).items():
+                if _is_number(v):
+                    values.setdefault(k, set()).add(float(v))
+                    runs.setdefault(k, set()).add(int(run_id))
+        for k, vals in values.items():
+            if len(vals) >= 2:
+                out.append({"strategy": str(s), "param": k, "values": sorted(vals), "runs": len(runs[k]),
+                            "key": f"{s}:{k}"})
+    return sorted(out, key=lambda c: (-len(c["values"]), c["strategy"], c["param"]))
+
+
+def sweep_choices(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """(label, key) pairs for a picker: 'automatic' first, then every sweep found."""
+    return [("automatic (the sweep with most values)", SWEEP_AUTO)] + [
+        (f"{c['strategy']} · {c['param']} ({len(c['values'])} values, {c['runs']} runs)", c["key"])
+        for c in sweep_candidates(df)]
+
+
+def _pick_sweep(df: pd.DataFrame, key: str | None) -> tuple[str, str] | None:
+    cands = sweep_candidates(df)
+    if key in (None, "", SWEEP_AUTO):
+        return (cands[0]["strategy"], cands[0]["param"]) if cands else None
+    for c in cands:
+        if c["key"] == key:
+            return c["strategy"], c["param"]
+    return None
+
+
+def sweep_table(df: pd.DataFrame, strategy: str, param: str) -> pd.DataFrame:
+    """Speed-up and quality of `strategy` against the value of its numeric parameter `param`.
+
+    Inside each run and category: speed-up = mean tokens/s of the strategy's rows with that value / mean
+    tokens/s of the run's `ar` rows; ROUGE-L vs ar = mean over those rows; perplexity change = their mean
+    perplexity / ar's mean perplexity - 1 (%). Runs with the same value, category and variant are then averaged
+    (`runs` counts them, `n` the results). `variant` names the strategy's other parameters where they differ
+    between the rows (e.g. two adapters), so unlike settings never share a line; 'all' is added for runs with
+    several categories, as in `speedup_table`."""
+    df = _sweep_rows(df)
+    if len(df) == 0:
+        return pd.DataFrame(columns=SWEEP_COLUMNS)
+    mine = df[(df["strategy"] == strategy) & df["params"].map(lambda p: _is_number(_params(p).get(param)))]
+    if len(mine) == 0:
+        return pd.DataFrame(columns=SWEEP_COLUMNS)
+    mine = mine.assign(_value=mine["params"].map(lambda p: float(p[param])))
+    others = {k for p in mine["params"] for k in _params(p) if k != param}
+    varying = sorted(k for k in others if len({repr(_params(p).get(k)) for p in mine["params"]}) > 1)
+    mine = mine.assign(_variant=mine["params"].map(
+        lambda p: ", ".join(f"{k}={_params(p).get(k)}" for k in varying)))
+    points = []
+    for run_id, d_run in df[df["run_id"].isin(set(mine["run_id"]))].groupby("run_id"):
+        cats = list(d_run.groupby("category")) + ([("all", d_run)] if d_run["category"].nunique() > 1 else [])
+        for cat, d in cats:
+            ar = d[d["strategy"] == "ar"]
+            m = mine[mine.index.isin(d.index)]
+            ar_tps = _num(ar["tokens_per_s"]).dropna().tolist()
+            ar_ppl = _quality_values(ar, "perplexity").dropna()
+            for (value, variant), dv in m.groupby(["_value", "_variant"]):
+                sp = speedup(_num(dv["tokens_per_s"]).dropna().tolist(), ar_tps)
+                rouge = _quality_values(dv, "rouge_l_vs_ar").dropna()
+                ppl = _quality_values(dv, "perplexity").dropna()
+                change = (100 * (ppl.mean() / ar_ppl.mean() - 1)) if len(ppl) and len(ar_ppl) and ar_ppl.mean() \
+                    else None
+                points.append({"run_id": int(run_id), "value": value, "category": str(cat), "variant": variant,
+                               "speedup": sp, "rouge_l_vs_ar": rouge.mean() if len(rouge) else None,
+                               "ppl_change_pct": change, "n": len(dv)})
+    if not points:
+        return pd.DataFrame(columns=SWEEP_COLUMNS)
+    p = pd.DataFrame(points)
+    for c in ("speedup", "rouge_l_vs_ar", "ppl_change_pct"):
+        p[c] = _num(p[c])
+    g = (p.groupby(["value", "category", "variant"], sort=True)
+         .agg(speedup=("speedup", "mean"), rouge_l_vs_ar=("rouge_l_vs_ar", "mean"),
+              ppl_change_pct=("ppl_change_pct", "mean"), n=("n", "sum"), runs=("run_id", "nunique"))
+         .reset_index())
+    return g[SWEEP_COLUMNS]
+
+
+_PALETTE = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF",
+            "#FECB52")
+
+
+def sweep_chart(df: pd.DataFrame, key: str | None = SWEEP_AUTO) -> go.Figure:
+    """Speed-up vs ar, ROUGE-L vs ar and (where measured) the perplexity change against the value of one
+    strategy parameter, one line per category: the sweep `key` ('strategy:param'), or the one with most values
+    when 'auto'. A message instead when the selected runs hold no such sweep."""
+    picked = _pick_sweep(df, key)
+    if picked is None:
+        why = ("no parameter sweep in the selected runs: it needs runs of one strategy (each with `ar`) that differ "
+               "in one numeric parameter, e.g. `python -m paradec.training.lud_train sweep`")
+        if key not in (None, "", SWEEP_AUTO):
+            why = f"the sweep {key!r} is not in the selected runs; pick another or 'automatic'"
+        return _empty("Parameter sweep", why)
+    strategy, param = picked
+    t = sweep_table(df, strategy, param)
+    title = f"Parameter sweep: {strategy} · {param} (speed-up and quality vs ar, within each run)"
+    if len(t) == 0:
+        return _empty(title, "no paired results for this sweep")
+    has_ppl = t["ppl_change_pct"].notna().any()
+    rows = 3 if has_ppl else 2
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                        subplot_titles=("speed-up vs ar (×)", "ROUGE-L vs ar", "perplexity change vs ar (%)")[:rows])
+    lines = list(t.groupby(["category", "variant"], sort=True))
+    for i, ((cat, variant), d) in enumerate(lines):
+        d = d.sort_values("value")
+        name = str(cat) + (f" · {variant}" if variant else "")
+        colour = _PALETTE[i % len(_PALETTE)]
+        custom = list(zip(d["n"], d["runs"]))
+        for row, col, fmt in ((1, "speedup", ".2f"), (2, "rouge_l_vs_ar", ".3f"), (3, "ppl_change_pct", "+.1f")):
+            if row > rows:
+                continue
+            fig.add_scatter(x=d["value"], y=d[col], mode="lines+markers", name=name, legendgroup=name,
+                            showlegend=row == 1, line={"color": colour}, marker={"color": colour}, customdata=custom,
+                            hovertemplate=f"{name}<br>{param} = %{{x}}<br>%{{y:{fmt}}}<br>n=%{{customdata[0]}} "
+                                          "results in %{customdata[1]} run(s)<extra></extra>", row=row, col=1)
+    fig.add_hline(y=1.0, line_dash="dot", row=1, col=1)
+    fig.update_yaxes(range=[-0.05, 1.05], row=2, col=1)
+    fig.update_xaxes(title_text=param, row=rows, col=1)
+    fig.update_layout(title=title, height=260 + 170 * rows, legend_title="category", hovermode="closest")
+    return fig
+
+
+# ------------------------------------------------------------------------------------- long context
+LONGCONTEXT_COLUMNS = ["run_id", "strategy", "item_key", "approx_tokens", "depth_percent", "input_tokens",
+                       "context_length", "correct"]
+
+
+def longcontext_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """The long-context results (`evals/longcontext_eval.py`: run kind 'longcontext', each result with
+    meta approx_tokens / depth_percent / input_tokens / context_length and quality `correct`), one row each."""
+    df = _ok(df)
+    if len(df) == 0 or "m_approx_tokens" not in df or "m_depth_percent" not in df:
+        return pd.DataFrame(columns=LONGCONTEXT_COLUMNS)
+    if "strategy_shown" in df:
+        df = df[df["strategy_shown"]]
+    if "run_kind" in df:
+        df = df[df["run_kind"] == "longcontext"]
+    out = pd.DataFrame({
+        "run_id": df["run_id"], "strategy": df["strategy"], "item_key": df["item_key"],
+        "approx_tokens": _num(df["m_approx_tokens"]), "depth_percent": _num(df["m_depth_percent"]),
+        "input_tokens": _num(df["m_input_tokens"]) if "m_input_tokens" in df else float("nan"),
+        "context_length": _num(df["m_context_length"]) if "m_context_length" in df else float("nan"),
+        "correct": _quality_values(df, "correct")})
+    return out.dropna(subset=["approx_tokens", "depth_percent", "correct"]).reset_index(drop=True)
+
+
+def _strategy_order(names) -> list[str]:
+    seen: list[str] = []
+    for n in names:
+        if n not in seen:
+            seen.append(n)
+    return seen
+
+
+def longcontext_accuracy(df: pd.DataFrame, by=("approx_tokens",)) -> pd.DataFrame:
+    """Accuracy (share of correct answers) per strategy and `by` (approx_tokens and/or depth_percent), with
+    the counts: columns strategy, *by, correct, n, accuracy."""
+    lc = longcontext_frame(df)
+    cols = ["strategy", *by, "correct", "n", "accuracy"]
+    if len(lc) == 0:
+        return pd.DataFrame(columns=cols)
+    g = (lc.groupby(["strategy", *by], sort=False).agg(correct=("correct", "sum"), n=("correct", "size"))
+         .reset_index())
+    g["correct"] = g["correct"].astype(int)
+    g["accuracy"] = g["correct"] / g["n"]
+    order = {s: i for i, s in enumerate(_strategy_order(lc["strategy"]))}
+    return g.sort_values(["strategy", *by], key=lambda c: c.map(order) if c.name == "strategy" else c)[cols] \
+        .reset_index(drop=True)
+
+
+_LC_EMPTY = ("no long-context results in the selected runs: run `python evals/longcontext_eval.py` "
+             "(it stores a run of kind 'longcontext')")
+
+
+def _context_length(lc: pd.DataFrame) -> int | None:
+    ctx = lc["context_length"].dropna()
+    return int(ctx.median()) if len(ctx) else None
+
+
+def longcontext_length_chart(df: pd.DataFrame) -> go.Figure:
+    """Passkey accuracy against input length (approximate tokens, log scale; the tick labels give the
+    multiple of the context window), one line per strategy; the context window as a dotted line."""
+    title = "Long context: accuracy by input length"
+    lc = longcontext_frame(df)
+    if len(lc) == 0:
+        return _empty(title, _LC_EMPTY)
+    t = longcontext_accuracy(df, ("approx_tokens",))
+    ctx = _context_length(lc)
+    fig = go.Figure()
+    for s in _strategy_order(t["strategy"]):
+        d = t[t["strategy"] == s].sort_values("approx_tokens")
+        fig.add_scatter(x=d["approx_tokens"], y=d["accuracy"], mode="lines+markers", name=str(s),
+                        customdata=list(zip(d["correct"], d["n"])),
+                        hovertemplate=f"{s}<br>~%{{x:.0f}} tokens<br>accuracy %{{y:.2f}} "
+                                      "(%{customdata[0]}/%{customdata[1]})<extra></extra>")
+    lengths = sorted(t["approx_tokens"].unique())
+    text = [f"{v:.0f}" + (f"<br>({v / ctx:.2g}× ctx)" if ctx else "") for v in lengths]
+    fig.update_xaxes(type="log", tickvals=lengths, ticktext=text, title_text="input length (approx. tokens)")
+    if ctx:
+        fig.add_vline(x=ctx, line_dash="dot")
+        # an annotation on a log axis is placed by log10 of the value (a shape by the value itself)
+        fig.add_annotation(x=math.log10(ctx), y=1.0, yref="paper", text=f"context window {ctx}", showarrow=False,
+                           xanchor="left", yanchor="bottom")
+    fig.update_layout(title=title, yaxis_title="accuracy", yaxis_range=[-0.05, 1.05], height=400,
+                      legend_title="strategy")
+    return fig
+
+
+def longcontext_heatmap(df: pd.DataFrame) -> go.Figure:
+    """Accuracy per input length (rows) and depth of the key (columns), one panel per strategy; each cell
+    shows correct/n."""
+    title = "Long context: accuracy by length × depth"
+    lc = longcontext_frame(df)
+    if len(lc) == 0:
+        return _empty(title, _LC_EMPTY)
+    t = longcontext_accuracy(df, ("approx_tokens", "depth_percent"))
+    strategies = _strategy_order(t["strategy"])
+    lengths = sorted(t["approx_tokens"].unique())
+    depths = sorted(t["depth_percent"].unique())
+    ylab = [f"~{v:.0f}" for v in lengths]
+    xlab = [f"{v:g}%" for v in depths]
+    fig = make_subplots(rows=1, cols=len(strategies), subplot_titles=strategies, shared_yaxes=True,
+                        horizontal_spacing=0.04)
+    for i, s in enumerate(strategies, 1):
+        d = t[t["strategy"] == s].set_index(["approx_tokens", "depth_percent"])
+        z = [[d["accuracy"].get((n, dp)) for dp in depths] for n in lengths]
+        txt = [[f"{int(d['correct'][(n, dp)])}/{int(d['n'][(n, dp)])}" if (n, dp) in d.index else ""
+                for dp in depths] for n in lengths]
+        fig.add_trace(go.Heatmap(z=z, x=xlab, y=ylab, text=txt, texttemplate="%{text}", zmin=0, zmax=1,
+                                 colorscale="Viridis", showscale=i == len(strategies),
+                                 colorbar={"title": "accuracy"},
+                                 hovertemplate=f"{s}<br>length %{{y}} tokens<br>depth %{{x}}<br>accuracy %{{z:.2f}} "
+                                               "(%{text})<extra></extra>"), row=1, col=i)
+        fig.update_xaxes(title_text="depth of the key", row=1, col=i)
+    fig.update_yaxes(title_text="input length (tokens)", row=1, col=1)
+    fig.update_layout(title=title, height=420)
+    return fig
+
+
 def runs_table(runs: list[dict]) -> pd.DataFrame:
     """The run history (from `Store.list_runs`) as a display table."""
     cols = ["id", "created", "kind", "status", "name", "model", "device", "dtype", "strategies", "results"]

@@ -32,16 +32,17 @@ class Dashboard:
         strategies = sorted(df["strategy"].dropna().unique().tolist()) if len(df) else []
         categories = sorted(df["category"].dropna().unique().tolist()) if len(df) else []
         models = sorted({r["model"] for r in runs if r.get("model")})
-        return runs, strategies, categories, models
+        return runs, strategies, categories, models, charts.sweep_choices(df)
 
     def refresh_choices(self):
-        runs, strategies, categories, models = self.choices()
+        runs, strategies, categories, models, sweeps = self.choices()
         return (gr.update(choices=[(_run_label(r), r["id"]) for r in runs]),
                 gr.update(choices=["all"] + models), gr.update(choices=strategies), gr.update(choices=categories),
-                charts.runs_table(runs))
+                charts.runs_table(runs), gr.update(choices=sweeps))
 
-    def show(self, runs, model, strategies, categories, since):
-        """Filter the stored results and draw every chart; also the summary table, the CSV and the warning."""
+    def show(self, runs, model, strategies, categories, since, sweep=charts.SWEEP_AUTO):
+        """Filter the stored results and draw every chart; also the summary table, the CSV and the warning.
+        `sweep` picks the parameter sweep to chart ('strategy:param', or 'auto': the one with most values)."""
         try:
             charts.parse_since(since)
         except ValueError as e:
@@ -57,11 +58,15 @@ class Dashboard:
         summary = pd.DataFrame(table(df)) if len(df) else pd.DataFrame()
         export = self.export_dir / "paradec-results.csv"
         charts.export_frame(df).to_csv(export, index=False)
+        sweeps = charts.sweep_choices(df)
+        sweep = sweep or charts.SWEEP_AUTO      # a pick absent from these runs is kept: its chart says so
         return (warning, info, charts.speedup_bar(df), charts.latency_box(df), charts.quality_scatter(df),
-                charts.tokens_per_pass_hist(df), summary, gr.update(value=str(export), interactive=len(df) > 0))
+                charts.tokens_per_pass_hist(df), summary, gr.update(value=str(export), interactive=len(df) > 0),
+                charts.sweep_chart(df, sweep), gr.update(choices=sweeps, value=sweep),
+                charts.longcontext_length_chart(df), charts.longcontext_heatmap(df))
 
     def build(self):
-        runs, strategies, categories, models = self.choices()
+        runs, strategies, categories, models, sweeps = self.choices()
         with gr.Row():
             run_pick = gr.Dropdown([(_run_label(r), r["id"]) for r in runs], multiselect=True,
                                    label="Runs (none = all)", scale=3, allow_custom_value=True, elem_id="pd-dash-runs")
@@ -85,13 +90,23 @@ class Dashboard:
         with gr.Row():
             p_latency = gr.Plot(label="Latency", elem_id="pd-plot-latency")
             p_tau = gr.Plot(label="Tokens per pass", elem_id="pd-plot-tau")
+        with gr.Row():
+            sweep = gr.Dropdown(sweeps, value=charts.SWEEP_AUTO, label="Parameter sweep (a strategy's runs that "
+                                "differ in one numeric parameter, each against its own ar)", scale=1,
+                                allow_custom_value=True, elem_id="pd-dash-sweep")
+        p_sweep = gr.Plot(label="Parameter sweep", elem_id="pd-plot-sweep")
+        with gr.Row():
+            p_lc_len = gr.Plot(label="Long context: accuracy by length", elem_id="pd-plot-lc-length")
+            p_lc_heat = gr.Plot(label="Long context: length × depth", elem_id="pd-plot-lc-heatmap")
         summary = gr.Dataframe(label="Summary per run, category and strategy", interactive=False)
         history = gr.Dataframe(charts.runs_table(runs), label="Run history", interactive=False)
 
-        outs = [warning, info, p_speed, p_latency, p_quality, p_tau, summary, export_btn]
-        show_btn.click(self.show, [run_pick, model, strat, cats, since], outs, api_name="dashboard",
-                       concurrency_limit=None)
-        reload_btn.click(self.refresh_choices, None, [run_pick, model, strat, cats, history],
-                         api_name="dashboard_choices", concurrency_limit=None)
-        return {"refresh_outputs": [run_pick, model, strat, cats, history], "refresh": self.refresh_choices,
-                "show": (self.show, [run_pick, model, strat, cats, since], outs)}
+        inputs = [run_pick, model, strat, cats, since, sweep]
+        outs = [warning, info, p_speed, p_latency, p_quality, p_tau, summary, export_btn, p_sweep, sweep, p_lc_len,
+                p_lc_heat]
+        show_btn.click(self.show, inputs, outs, api_name="dashboard", concurrency_limit=None)
+        sweep.input(self.show, inputs, outs, api_visibility="undocumented", concurrency_limit=None)
+        refresh_outs = [run_pick, model, strat, cats, history, sweep]
+        reload_btn.click(self.refresh_choices, None, refresh_outs, api_name="dashboard_choices",
+                         concurrency_limit=None)
+        return {"refresh_outputs": refresh_outs, "refresh": self.refresh_choices, "show": (self.show, inputs, outs)}

@@ -1,0 +1,230 @@
+"""The Dashboard's parameter-sweep and long-context charts on real SQLite stores filled through the real APIs
+(`paradec.bench.run_bench` on the random tiny engine, `evals/longcontext_eval.py`'s own functions, and
+`Store.add_result`), the per-result parameters and meta the store keeps (an older database gains them), and the
+BENCHMARKS.md helpers that read the sweep and long-context tables."""
+from __future__ import annotations
+
+import sqlite3
+import sys
+
+import pytest
+
+from conftest import ROOT
+from paradec import bench as B
+from paradec.metrics import speedup
+from paradec.store import Store
+from paradec.ui import charts
+
+sys.path.insert(0, str(ROOT))
+
+ITEMS = [B.BenchItem("c1", "code", ["def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"], chat=False),
+         B.BenchItem("c2", "code", ["for i in range(10):\n    print(i)\nfor i in range(10):\n"], chat=False),
+         B.BenchItem("p1", "prose", ["Name three colours."])]
+NGRAMS = (1, 2, 3)
+
+
+@pytest.fixture(scope="module")
+def sweep_store(tmp_path_factory, tiny_engine):
+    """Three real bench runs (ar + pld) that differ only in pld's max_ngram."""
+    import torch
+    torch.set_num_threads(1)
+    store = Store(f"sqlite:///{tmp_path_factory.mktemp('sweep') / 'p.db'}")
+    runs = {}
+    for n in NGRAMS:
+        settings = B.BenchSettings(strategies=["ar", "pld"], max_new_tokens=12, warmup=False,
+                                   params={"pld": {"max_ngram": n}})
+        rid = store.create_run("bench", name=f"pld sweep {n}", model="random-0", device="cpu", dtype="float32",
+                               strategies=["ar", "pld"], settings={"bench": B.asdict(settings)})
+        B.run_bench(tiny_engine, store, rid, ITEMS, settings)
+        store.finish_run(rid)
+        runs[n] = rid
+    yield store, runs
+    store.close()
+
+
+def test_bench_stores_each_results_parameters_with_defaults(sweep_store):
+    store, runs = sweep_store
+    rows = store.get_results(runs[2])
+    pld = [r for r in rows if r["strategy"] == "pld"]
+    assert pld and all(r["params"] == {"max_ngram": 2, "num_pred": 10} for r in pld)   # default filled in
+    assert all(r["params"] == {} for r in rows if r["strategy"] == "ar")
+
+
+def test_sweep_detection_table_and_chart(sweep_store):
+    store, runs = sweep_store
+    df = store.results_dataframe(light=True)
+    cands = charts.sweep_candidates(df)
+    assert [(c["strategy"], c["param"], c["values"], c["runs"]) for c in cands] == \
+        [("pld", "max_ngram", [1.0, 2.0, 3.0], 3)]                       # num_pred never varies: no sweep
+    assert [k for _, k in charts.sweep_choices(df)] == [charts.SWEEP_AUTO, "pld:max_ngram"]
+    t = charts.sweep_table(df, "pld", "max_ngram")
+    assert set(t["category"]) == {"code", "prose", "all"} and sorted(set(t["value"])) == [1.0, 2.0, 3.0]
+    # each point is measured inside its own run against that run's ar, like speedup_table
+    for n, rid in runs.items():
+        d = df[(df.run_id == rid) & (df.category == "code")]
+        want = speedup(d[d.strategy == "pld"]["tokens_per_s"].tolist(), d[d.strategy == "ar"]["tokens_per_s"].tolist())
+        got = t[(t.value == n) & (t.category == "code")].iloc[0]
+        assert got["speedup"] == pytest.approx(want) and got["n"] == 2 and got["runs"] == 1
+        rouge = d[d.strategy == "pld"]["q_rouge_l_vs_ar"].mean()
+        assert got["rouge_l_vs_ar"] == pytest.approx(rouge)
+        assert got["ppl_change_pct"] == pytest.approx(0.0, abs=1e-6)   # pld is lossless: same text, same perplexity
+    fig = charts.sweep_chart(df)                                         # 'auto' picks the only sweep
+    assert "pld · max_ngram" in fig.layout.title.text
+    lines = {tr.name for tr in fig.data if tr.showlegend}
+    assert lines == {"all", "code", "prose"}
+    speed = [tr for tr in fig.data if tr.name == "code" and tr.yaxis in (None, "y")][0]
+    assert list(speed.x) == [1.0, 2.0, 3.0]
+    assert len(fig.data) == 9                                            # 3 lines x (speed-up, ROUGE-L, perplexity)
+    # the filters apply: without pld's rows there is no sweep, and the chart says so
+    only_ar = charts.filter_results(df, strategies=["ar"])
+    empty = charts.sweep_chart(only_ar)
+    assert not empty.data and "no parameter sweep" in empty.layout.annotations[0].text
+    gone = charts.sweep_chart(df, "lud:threshold")
+    assert not gone.data and "not in the selected runs" in gone.layout.annotations[0].text
+
+
+def test_sweep_lines_split_on_another_varying_parameter(sweep_store):
+    """Two settings of another parameter never share a line (e.g. two LUD adapters swept over threshold)."""
+    store, runs = sweep_store
+    df = store.results_dataframe(light=True)
+    df = df.copy()
+    second = df.run_id == runs[3]
+    df.loc[second & (df.strategy == "pld"), "params"] = [{"max_ngram": 3, "num_pred": 4}] * int(
+        (second & (df.strategy == "pld")).sum())
+    t = charts.sweep_table(df, "pld", "max_ngram")
+    assert set(t["variant"]) == {"num_pred=10", "num_pred=4"}
+
+
+def test_old_database_gains_the_columns_and_params_fall_back_to_run_settings(tmp_path):
+    db = tmp_path / "old.db"
+    Store(f"sqlite:///{db}").close()
+    with sqlite3.connect(db) as c:                      # a database made before results kept params and meta
+        c.execute("ALTER TABLE results DROP COLUMN params")
+        c.execute("ALTER TABLE results DROP COLUMN meta")
+        c.execute("INSERT INTO runs (kind, status, name, model, device, dtype, environment, strategies, settings, "
+                  "host, process_tag, created_at) VALUES ('bench', 'finished', 'old', 'm', 'cpu', 'float32', '{}', "
+                  "'[\"ar\", \"lud\"]', '{\"bench\": {\"params\": {\"lud\": {\"threshold\": 0.7}}}}', 'h', '', "
+                  "'2026-01-01 00:00:00')")
+        c.execute("INSERT INTO results (run_id, item_key, category, strategy, repeat, turn, prompt, text, n_tokens, "
+                  "forward_passes, draft_passes, drafted, accepted, created_at) VALUES (1, 'q', 'code', 'lud', 0, 0, "
+                  "'', '', 0, 0, 0, 0, 0, '2026-01-01 00:00:00')")
+    store = Store(f"sqlite:///{db}")
+    with sqlite3.connect(db) as c:
+        cols = {r[1] for r in c.execute("PRAGMA table_info(results)")}
+    assert {"params", "meta"} <= cols
+    df = store.results_dataframe()
+    assert df.loc[0, "params"] == {"threshold": 0.7}               # from the run's settings
+    store.add_result(1, item_key="q2", strategy="lud", params={"threshold": 0.5}, meta={"approx_tokens": 10})
+    df = store.results_dataframe()
+    assert df.loc[1, "params"] == {"threshold": 0.5} and df.loc[1, "m_approx_tokens"] == 10
+    store.close()
+
+
+# ------------------------------------------------------------------------------------------- long context
+def _lc_store(path):
+    """A long-context run through the store API with a known pattern: pcw right at depth 10 of every length,
+    ar-truncated right only at the shortest length."""
+    store = Store(f"sqlite:///{path}")
+    rid = store.create_run("longcontext", name="lc", model="m", strategies=["ar-truncated", "pcw"])
+    for n in (400, 1024, 2048):
+        for depth in (10, 50, 90):
+            for s in ("ar-truncated", "pcw"):
+                ok = (s == "pcw" and depth == 10) or (s == "ar-truncated" and n == 400)
+                store.add_result(rid, item_key=f"i{n}-{depth}", category="passkey", strategy=s, text="x",
+                                 quality={"correct": ok},
+                                 meta={"approx_tokens": n, "depth_percent": depth, "input_tokens": n + 40,
+                                       "context_length": 512})
+    store.finish_run(rid)
+    return store, rid
+
+
+def test_longcontext_accuracy_grouping_and_charts(tmp_path):
+    store, rid = _lc_store(tmp_path / "lc.db")
+    df = store.results_dataframe(light=True)
+    by_len = charts.longcontext_accuracy(df)
+    assert list(by_len["strategy"].unique()) == ["ar-truncated", "pcw"]          # stored order kept
+    acc = {(r.strategy, r.approx_tokens): (r.correct, r.n) for r in by_len.itertuples()}
+    assert acc[("ar-truncated", 400)] == (3, 3) and acc[("ar-truncated", 2048)] == (0, 3)
+    assert acc[("pcw", 1024)] == (1, 3)
+    cells = charts.longcontext_accuracy(df, ("approx_tokens", "depth_percent"))
+    assert len(cells) == 18 and set(cells["n"]) == {1}
+    line = charts.longcontext_length_chart(df)
+    assert [tr.name for tr in line.data] == ["ar-truncated", "pcw"]
+    assert list(line.data[1].y) == pytest.approx([1 / 3] * 3) and list(line.data[0].x) == [400, 1024, 2048]
+    assert "(2× ctx)" in " ".join(line.layout.xaxis.ticktext)                    # 1024 tokens = 2 context windows
+    heat = charts.longcontext_heatmap(df)
+    assert len(heat.data) == 2
+    pcw = heat.data[1]
+    assert list(pcw.x) == ["10%", "50%", "90%"] and list(pcw.y) == ["~400", "~1024", "~2048"]
+    assert [row[0] for row in pcw.z] == [1.0, 1.0, 1.0] and pcw.text[0][1] == "0/1"
+    # other runs' rows and an empty selection give the empty-state message, not a crash
+    none = charts.longcontext_heatmap(df.iloc[0:0])
+    assert not none.data and "no long-context results" in none.layout.annotations[0].text
+    store.close()
+
+
+def test_longcontext_eval_stores_its_answers_and_skips_what_cannot_run(tmp_path, tiny_engine):
+    """The eval's own pieces on the tiny engine: unknown / unavailable strategies are skipped with a reason; each
+    answer is stored with its length, depth and correctness; the tables are generic over the strategies, and
+    make_benchmarks_md reads them back."""
+    import argparse
+
+    from evals import longcontext_eval as lc
+    from evals import make_benchmarks_md as M
+    run, skipped = lc.usable_strategies(tiny_engine, ["ar-truncated", "pcw", "no-such-strategy"])
+    assert run == ["ar-truncated", "pcw"] and "not a registered strategy" in skipped["no-such-strategy"]
+    store = Store(f"sqlite:///{tmp_path / 'lc.db'}")
+    args = argparse.Namespace(max_new_tokens=4, limit=1)
+    rid = lc.start_run(store, tiny_engine, run, skipped, args)
+    rows, _ = lc.accuracy(tiny_engine, 4, 1, run, store, rid)
+    assert [r["control"] for r in rows] == [True, False]
+    res = store.results_dataframe(rid)
+    assert len(res) == 4 and set(res["strategy"]) == {"ar-truncated", "pcw"}
+    assert (res["run_kind"] == "longcontext").all() and set(res["category"]) == {"passkey", "passkey-control"}
+    assert set(res["m_approx_tokens"]) == {400, 1024} and res["m_context_length"].eq(512).all()
+    assert res["q_correct"].isin([True, False]).all() and res["text"].map(lambda t: isinstance(t, str)).all()
+    assert res.loc[res.strategy == "pcw", "params"].map(lambda p: "window" in p).all()
+    assert len(charts.longcontext_accuracy(res)) == 4
+    page = tmp_path / "lc.md"
+    body = lc.tables(tiny_engine, rows, 1.0, [], args, run, skipped)
+    page.write_text(body + "\n")
+    assert "| ar-truncated | pcw | key kept |" in body and "`no-such-strategy` was not run" in body
+    table, summary = M.longcontext(page)
+    assert table.startswith("| length (suite) |") and "`ar-truncated`" in summary and "`pcw`" in summary
+    store.close()
+
+
+def test_benchmarks_md_reads_the_full_sweep_table():
+    from evals import make_benchmarks_md as M
+    table, summary = M.lud_sweep()
+    sweep = (ROOT / "docs" / "lud_sweep.md").read_text()
+    assert table.count("\n") >= 3 and table.strip() in sweep
+    assert "- code:" in summary and "thresholds" in summary
+
+
+def test_lud_sweep_runs_land_in_the_apps_database_unless_db_says_otherwise(monkeypatch, tmp_path):
+    """`lud_train sweep` runs one bench per threshold with its threshold as a lud parameter; without --db the
+    bench uses the app's store (no --db passed on), with --db that store."""
+    import json
+    import subprocess
+    import types
+
+    from paradec.training import lud_train
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        row = {"speedup": 0.5, "tokens_per_s": 10.0, "tokens_per_pass": 1.0, "rouge_l_vs_ar": 1.0,
+               "perplexity": 5.0, "n": 3}
+        out = {"run": len(calls), "table": [{"category": "all", "strategy": s, **row} for s in ("ar", "lud")]}
+        return types.SimpleNamespace(returncode=0, stdout=json.dumps(out) + "\n", stderr="")
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    assert lud_train.sweep_main(["--thresholds", "0.5,0.9", "--suites", "code", "--limit", "2",
+                                 "--out", str(tmp_path / "s.md")]) == 0
+    assert len(calls) == 2 and all("--db" not in c for c in calls)
+    assert [json.loads(c[c.index("--params") + 1]) for c in calls] == [{"lud": {"threshold": 0.5}},
+                                                                       {"lud": {"threshold": 0.9}}]
+    assert "| code | 0.9 |" in (tmp_path / "s.md").read_text()
+    calls.clear()
+    lud_train.sweep_main(["--thresholds", "0.5", "--suites", "code", "--db", str(tmp_path / "x.db")])
+    assert calls[0][calls[0].index("--db") + 1] == str(tmp_path / "x.db")
