@@ -136,6 +136,28 @@ def test_pass_counting_is_honest_and_batching_saves_passes(tiny_engine):
     assert all(s.info.get("batch") == len(POINTS) for s in steps if s.info.get("stage") == "expand")
 
 
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_sequential_expansion_gives_the_batched_text_with_more_passes(tiny_engine, temperature):
+    """expansion=sequential (the plain-decoder baseline) writes exactly the batched answer, point after
+    point in segment order, and spends about one pass per token instead of one per batched step."""
+    e = tiny_engine
+    base = dict(prompt=QUESTION, max_new_tokens=4 * 20, temperature=temperature, top_k=50, seed=5)
+    params = {"_skeleton": POINTS, "point_max_tokens": 20}
+    with PassCounter(e) as pb:
+        batched = run(e, "sot", Request(**base, params=params))
+    with PassCounter(e) as ps:
+        seq = run(e, "sot", Request(**base, params={**params, "expansion": "sequential"}))
+    assert point_ids(seq, len(POINTS)) == point_ids(batched, len(POINTS))
+    assert seq[-1].info["answer"] == batched[-1].info["answer"]
+    segs = [s.segment for s in seq if s.token_ids]
+    assert segs == sorted(segs) and set(segs) == set(range(1, len(POINTS) + 1))
+    assert sum(s.forward_passes for s in seq) == ps.n and sum(s.forward_passes for s in batched) == pb.n
+    tokens = sum(len(s.token_ids) for s in seq)
+    assert ps.n >= tokens and pb.n * 2 < ps.n, (pb.n, ps.n, tokens)
+    with pytest.raises(Exception, match="expansion"):
+        run(e, "sot", Request(**base, params={**params, "expansion": "both"}))
+
+
 def test_budgets_and_independent_finishing(tiny_engine):
     e = tiny_engine
     req = Request(prompt=QUESTION, max_new_tokens=30, params={"_skeleton": POINTS, "point_max_tokens": 48})

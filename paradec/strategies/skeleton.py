@@ -24,6 +24,11 @@ points: with n points each point may generate min(point_max_tokens, max_new_toke
 never exceeds max_new_tokens (if n > max_new_tokens only the first max_new_tokens points are expanded, one
 token each - a degenerate case). The fallback answers with the full max_new_tokens, exactly like `ar`.
 
+Sequential expansion (`expansion`="sequential", registered as `sot-seq`): the same prompts, each point
+expanded alone after the previous one finished, each from its own copy of the skeleton pass's cache - the
+same text token for token (test), produced the way a plain one-sequence decoder would produce it; the
+ratio of the two is what batching the points gains on the machine at hand.
+
 Answer. Segment 0 is the skeleton and is NOT part of the answer; the answer is the points in order,
 each "b. <point>" (its header, taken from the skeleton, is prepended to the text of the point's first Step)
 followed by its expansion, joined with newlines. The last Step's `info['answer']` holds the assembled
@@ -34,6 +39,7 @@ Sampling. The skeleton uses the request's u stream (seed); point b uses its own 
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 import time
@@ -249,6 +255,10 @@ SOT_PARAMS = {
     "skeleton_max_tokens": Param(128, int, 8, 1024, help="most tokens the skeleton may take"),
     "template": Param("paradec-tiny", str, choices=tuple(TEMPLATES),
                       help="prompt wording: paradec-tiny (the default model's format) or generic (SoT paper)"),
+    "expansion": Param("batched", str, choices=("batched", "sequential"),
+                       help="batched: every point in one batch; sequential: one point after another, each from "
+                            "its own copy of the skeleton's cache (the same text, produced the way a plain "
+                            "decoder would: the baseline that measures what batching gains)"),
 }
 
 
@@ -329,13 +339,23 @@ class SkeletonOfThought(Strategy):
         streams = [None if request.sampling.greedy else UStream(point_seed(request.seed, b))
                    for b in range(1, len(points) + 1)]
         headers = [point_prefix(b, pt) for b, pt in enumerate(points, 1)]
+        if p["expansion"] == "batched":
+            groups = [(prompts, outs, streams, prefix, headers)]
+        else:   # one point at a time; each starts from its own copy of the skeleton pass's cache
+            groups = [([prompts[i]], [outs[i]], [streams[i]],
+                       None if prefix is None else (copy.deepcopy(prefix[0]), prefix[1]), [headers[i]])
+                      for i in range(len(prompts))]
         last = None
-        for steps in expand_points(engine, request, prompts, outs, streams, prefix, headers):
-            if last is not None:
-                yield last
-            for st in steps[:-1]:
-                yield st
-            last = steps[-1]
+        for gi, (g_prompts, g_outs, g_streams, g_prefix, g_headers) in enumerate(groups):
+            for steps in expand_points(engine, request, g_prompts, g_outs, g_streams, g_prefix, g_headers):
+                if len(groups) > 1:
+                    for st in steps:
+                        st.segment, st.info["point"] = gi + 1, gi + 1
+                if last is not None:
+                    yield last
+                for st in steps[:-1]:
+                    yield st
+                last = steps[-1]
         answer = "\n".join(h + o.text for h, o in zip(headers, outs))
         last.info.update(answer=answer, points=points,
                          point_tokens=[len(o.ids) for o in outs],
@@ -367,6 +387,15 @@ def fallback_steps(steps, why: str):
 
 
 # ---------------------------------------------------------------------------------------------- SoT-R
+@register
+class SequentialSkeletonOfThought(SkeletonOfThought):
+    """`sot-seq`: `sot` with expansion=sequential - the same answer written one point after another. It is
+    the baseline that shows what batching the points gains, in one run or side by side in the Arena."""
+    name = "sot-seq"
+    title = "Skeleton-of-Thought, points one after another (baseline)"
+    params = dict(SOT_PARAMS, expansion=dataclasses.replace(SOT_PARAMS["expansion"], default="sequential"))
+
+
 @register
 class RoutedSkeletonOfThought(Strategy):
     name = "sot-r"
