@@ -292,8 +292,8 @@ def _strategies(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m paradec", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("train", help="train the default model, its draft, the SoT router; `train ptp|lud --help` "
-                                     "for the PTP and LUD parameters")
+    t = sub.add_parser("train", help="train the default model, its draft, the SoT router; `train ptp|lud|focus --help` "
+                                     "for the PTP, LUD and FocusLLM parameters")
     t.add_argument("what", choices=["default", "draft", "smoke", "router", "card"])
     t.add_argument("--steps", type=int)
     t.add_argument("--name")
@@ -359,6 +359,9 @@ def main(argv=None) -> int:
     if argv[:2] == ["train", "lud"]:
         from .training.lud_train import train_lud_main
         return train_lud_main(argv[2:])
+    if argv[:2] == ["train", "focus"]:
+        from .training.focus_train import train_focus_main
+        return train_focus_main(argv[2:])
 
     from .engine import ModelError
     from .remote import RemoteError

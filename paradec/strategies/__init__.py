@@ -4,7 +4,7 @@ import importlib
 from .base import REGISTRY, Output, Param, Request, RequestError, Step, Strategy, get, register  # noqa: F401
 
 MODULES = ["autoregressive", "hf_generate", "speculative", "prompt_lookup", "lookahead", "skeleton",
-           "ptp", "lexical_units", "parallel_context"]
+           "ptp", "lexical_units", "parallel_context", "focus_llm"]
 
 
 def load_all() -> dict:

@@ -1,0 +1,258 @@
+"""FocusLLM (Li et al., arXiv 2408.11745), model side: candidate-token projections, the batched candidate
+pass, and the local-context cache built from the candidates.
+
+A long input is split into a *memory* (everything before the final question) and a short *local context*
+(the question and, later, the answer). The memory is cut into chunks that fit the model's context and
+encoded ONCE as one batch, every chunk with positions restarting at 0 (the same encoding as `pcw`).
+
+Candidate pass (one batched forward, one row per chunk): the last `dynamic` tokens of the local context
+(the *dynamic prompt*) are appended to every chunk's cache. The dynamic prompt's last position is the
+chunk's *candidate token*: at that position only, the attention q/k/v/o projections of every layer are
+the base projections plus a trainable full-rank delta (zero at initialisation, i.e. new projections
+initialised from the originals); every other position, and everything else (embeddings, MLPs, norms,
+head), is the frozen base model. So the candidate's query decides what to read from its chunk, and its
+keys/values - one per layer per chunk - carry what it found.
+
+Local pass: the candidates' per-layer keys/values form the start of the local context's cache, at
+positions 0..n-1 (their keys are re-rotated from their position in the chunk to these positions: RoPE
+rotations compose, so rotating by the difference is exact); the local context follows at positions n,
+n+1, ... and predicts the next token with the frozen model, attending to the n candidates and to itself.
+Attention cost: n * (L/n)^2 for the memory instead of L^2, and the memory is encoded once per request.
+
+Where FocusLLM's public code runs the chunks one after another, here they are one batch, both when the
+memory is encoded and in every candidate pass.
+
+Candidates are computed once from the prompt's dynamic prompt and kept while the answer is generated
+(`refresh` = 0, the regime the shipped parameters are trained for); `refresh` = k recomputes them from
+the latest dynamic prompt every k generated tokens (the paper's per-token scheme when k = 1), which
+re-encodes the local context each time.
+
+Files (default folder `<model>/focus/`): `adapter.safetensors` (one delta matrix per projection) and
+`focus_config.json` (dynamic prompt length, the base model's shape for a compatibility check, training
+figures).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .lud import base_signature, target_linears
+
+FORMAT = "paradec-focus"
+VERSION = 1
+ADAPTER_DIR = "focus"
+WEIGHTS = "adapter.safetensors"
+CONFIG = "focus_config.json"
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
+TRAIN_HINT = "train it: python -m paradec train focus --model {model}"
+
+
+class FocusError(Exception):
+    """FocusLLM parameters are missing or do not fit the model."""
+
+
+def _key(name: str) -> str:
+    return name.replace(".", "__")
+
+
+class FocusAdapter(nn.Module):
+    """One trainable delta per attention projection, applied only at the last position of a forward pass."""
+
+    def __init__(self, shapes: dict[str, tuple[int, int]], dynamic: int = 16, meta: dict | None = None):
+        super().__init__()
+        self.names = sorted(shapes)
+        self.dynamic = int(dynamic)
+        self.meta = dict(meta or {})
+        self.delta = nn.ParameterDict({_key(n): nn.Parameter(torch.zeros(o, i)) for n, (i, o) in shapes.items()})
+
+    @classmethod
+    def for_model(cls, model, dynamic: int = 16, meta: dict | None = None) -> "FocusAdapter":
+        lin = target_linears(model, PROJECTIONS)
+        if len(lin) < 4:
+            raise FocusError(f"{type(model).__name__} has no attention projections named {', '.join(PROJECTIONS)} "
+                             "inside decoder layers; FocusLLM here needs a Llama-style model")
+        # the last layer's q and o projections cannot change any key or value the local context reads
+        last = max(int(re.search(r"\.layers\.(\d+)\.", n).group(1)) for n in lin)
+        lin = {n: m for n, m in lin.items() if not (f".layers.{last}." in n and n.endswith(("q_proj", "o_proj")))}
+        ad = cls({n: (m.in_features, m.out_features) for n, m in lin.items()}, dynamic,
+                 {"base": base_signature(model), **(meta or {})})
+        return ad.to(next(model.parameters()).device)
+
+    def fits(self, model) -> bool:
+        b = self.meta.get("base") or {}
+        mine = base_signature(model)
+        return all(b.get(k) == mine[k] for k in ("model_type", "hidden_size", "num_hidden_layers", "vocab_size"))
+
+    # ------------------------------------------------------------------ hooks
+    def _hook(self, key: str):
+        w = self.delta[key]
+
+        def hook(_mod, inputs, out):
+            x = inputs[0][:, -1:]
+            d = (x.to(w.dtype) @ w.t()).to(out.dtype)
+            if torch.is_grad_enabled():
+                return torch.cat([out[:, :-1], out[:, -1:] + d], 1)
+            out[:, -1:] += d
+            return out
+        return hook
+
+    @contextlib.contextmanager
+    def applied(self, model):
+        """Inside the block, the last position of every forward of `model` is a candidate token."""
+        mods = dict(model.named_modules())
+        missing = [n for n in self.names if n not in mods]
+        if missing:
+            raise FocusError(f"the model has no module {missing[0]}: these FocusLLM parameters belong to another model")
+        handles = [mods[n].register_forward_hook(self._hook(_key(n))) for n in self.names]
+        try:
+            yield self
+        finally:
+            for h in handles:
+                h.remove()
+
+    # ------------------------------------------------------------------ files
+    def config(self) -> dict:
+        return {"format": FORMAT, "version": VERSION, "dynamic": self.dynamic, "modules": self.names, **self.meta}
+
+    def save(self, folder, meta: dict | None = None) -> Path:
+        from safetensors.torch import save_file
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        if meta:
+            self.meta.update(meta)
+        state = {k: v.detach().float().cpu().contiguous() for k, v in self.state_dict().items()}
+        tmp = folder / (WEIGHTS + ".tmp")
+        save_file(state, str(tmp), metadata={"format": FORMAT})
+        os.replace(tmp, folder / WEIGHTS)
+        (folder / CONFIG).write_text(json.dumps(self.config(), indent=1, default=str) + "\n")
+        return folder
+
+    @classmethod
+    def load(cls, folder, device=None) -> "FocusAdapter":
+        from safetensors.torch import load_file
+        folder = Path(folder)
+        if not (folder / WEIGHTS).exists() or not (folder / CONFIG).exists():
+            raise FocusError(f"no FocusLLM parameters at {folder} (expected {WEIGHTS} and {CONFIG})")
+        cfg = json.loads((folder / CONFIG).read_text())
+        if cfg.get("format") != FORMAT:
+            raise FocusError(f"{folder / CONFIG} is not a paradec FocusLLM config")
+        state = load_file(str(folder / WEIGHTS))
+        shapes = {}
+        for n in cfg["modules"]:
+            o, i = state[f"delta.{_key(n)}"].shape
+            shapes[n] = (i, o)
+        meta = {k: v for k, v in cfg.items() if k not in ("format", "version", "dynamic", "modules")}
+        ad = cls(shapes, cfg["dynamic"], meta)
+        ad.load_state_dict(state)
+        if device is not None:
+            ad.to(device)
+        return ad.eval().requires_grad_(False)
+
+
+# ---------------------------------------------------------------------- the passes
+
+def _decoder(model):
+    return model.get_decoder() if hasattr(model, "get_decoder") else model.model
+
+
+def rerotate(model, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """Keys (B, H, T, D) already rotated by RoPE, rotated further by `delta` (B, T) positions."""
+    rot = _decoder(model).rotary_emb
+    cos, sin = rot(keys, delta.to(keys.device))          # (B, T, D), times the rope's attention scaling
+    scale = float(getattr(rot, "attention_scaling", 1.0) or 1.0)
+    cos, sin = (cos / scale).unsqueeze(1).to(keys.dtype), (sin / scale).unsqueeze(1).to(keys.dtype)
+    half = keys.shape[-1] // 2
+    rotated_half = torch.cat([-keys[..., half:], keys[..., :half]], -1)
+    return keys * cos + rotated_half * sin
+
+
+def expand_cache(engine, cache, times: int):
+    """A new cache whose batch is `times` copies of `cache`'s batch (copy-major: row = t * B + b)."""
+    out = engine.new_cache()
+    for li, layer in enumerate(cache.layers):
+        out.update(layer.keys.repeat(times, 1, 1, 1), layer.values.repeat(times, 1, 1, 1), li)
+    return out
+
+
+def candidate_pass(engine, adapter: FocusAdapter, chunk_cache, chunk_mask: torch.Tensor | None,
+                   chunk_next: torch.Tensor, dynamic: torch.Tensor, groups: int = 1):
+    """One batched forward of the dynamic prompts after the chunks: returns [(k, v)] per layer, each
+    (groups, H, n, D) with keys re-rotated to positions 0..n-1, n = chunks per group.
+
+    chunk_cache: batch of R = groups * n rows (group-major); chunk_mask (R, T) of real chunk positions or None
+    (no padding); chunk_next (R,) the first free position of each row; dynamic (R, d) token ids.
+    The chunk cache is restored to its length before returning (the dynamic prompts are cropped off)."""
+    model = engine.model
+    R, d = dynamic.shape
+    T = engine.cache_len(chunk_cache)
+    pos = chunk_next.view(-1, 1).to(engine.device) + torch.arange(d, device=engine.device)
+    mask = None
+    if chunk_mask is not None:
+        full = torch.cat([chunk_mask, torch.ones((R, d), dtype=chunk_mask.dtype, device=engine.device)], 1)
+        mask = engine._batch_mask(full, d)
+    dynamic = dynamic.to(engine.device)
+    if torch.is_grad_enabled() and d > 1:
+        # training: the dynamic prompt before the candidate does not depend on the trained deltas, so it
+        # runs without a graph and only the candidate position is differentiated
+        with torch.no_grad():
+            model(input_ids=dynamic[:, :-1], past_key_values=chunk_cache, position_ids=pos[:, :-1],
+                  attention_mask=mask[..., :-1, :-1] if mask is not None else None, use_cache=True, logits_to_keep=1)
+        dynamic, pos = dynamic[:, -1:], pos[:, -1:]
+        mask = mask[..., -1:, :] if mask is not None else None
+    with adapter.applied(model):
+        model(input_ids=dynamic, past_key_values=chunk_cache, position_ids=pos,
+              attention_mask=mask, use_cache=True, logits_to_keep=1)
+    n = R // groups
+    target = torch.arange(n, device=engine.device).repeat(groups)            # each group's chunks: 0..n-1
+    shift = (target - pos[:, -1]).view(R, 1)
+    out = []
+    for layer in chunk_cache.layers:
+        k = rerotate(model, layer.keys[:, :, -1:], shift)                   # (R, H, 1, D)
+        v = layer.values[:, :, -1:]
+        H, D = k.shape[1], k.shape[-1]
+        out.append((k.view(groups, n, H, D).transpose(1, 2), v.reshape(groups, n, H, v.shape[-1]).transpose(1, 2)))
+    engine.crop(chunk_cache, T)
+    return out
+
+
+def local_cache(engine, candidates):
+    """A cache holding the candidates' keys/values (positions 0..n-1), ready for the local context."""
+    cache = engine.new_cache()
+    for li, (k, v) in enumerate(candidates):
+        cache.update(k, v, li)
+    return cache
+
+
+# ---------------------------------------------------------------------- finding an engine's parameters
+
+def model_dir(engine) -> Path | None:
+    p = getattr(engine.model.config, "_name_or_path", "") or ""
+    return Path(p) if p and os.path.isdir(p) else None
+
+
+def hint(engine) -> str:
+    d = model_dir(engine)
+    return TRAIN_HINT.format(model=d if d is not None else engine.name)
+
+
+def adapter_for(engine, path=None) -> FocusAdapter | None:
+    """engine.extras['focus'] if set, else the parameters at `path`, else <model folder>/focus/; None when
+    there are none. Loaded parameters are cached on the engine."""
+    if path:
+        cache = engine.extras.setdefault("focus_paths", {})
+        if str(path) not in cache:
+            cache[str(path)] = FocusAdapter.load(path, device=engine.device)
+        return cache[str(path)]
+    ad = engine.extras.get("focus")
+    if ad is None:
+        d = model_dir(engine)
+        if d is None or not (d / ADAPTER_DIR / WEIGHTS).exists():
+            return None
+        ad = engine.extras["focus"] = FocusAdapter.load(d / ADAPTER_DIR, device=engine.device)
+    return ad

@@ -1,0 +1,124 @@
+"""`focus`: FocusLLM (Li et al., arXiv 2408.11745) - a trained way to read prompts longer than the context.
+
+The prompt is split like `pcw` splits it: a long *memory* and a final *question* (the local context; same
+rule, `question_tokens`). The memory is cut into chunks of at most `window` tokens, encoded as ONE batch
+(positions restarting at 0 in every chunk). Then one batched candidate pass appends the last `dynamic`
+tokens of the local context to every chunk and turns the last of them into that chunk's candidate token
+(trained q/k/v/o projections at that position only); the local context then attends to the n candidates
+(positions 0..n-1) and to itself, and decodes like `ar`. See `paradec/focus.py` for the model side.
+
+Steps: the chunk encoding (one pass, no token); the candidate pass + the local-context pass (two passes,
+the first token); then one token per pass. With `refresh` = k the candidates are recomputed from the newest
+dynamic prompt every k tokens (two more passes each time). Not lossless: the model never sees the memory
+itself, only what the candidates carry. Needs trained parameters (`python -m paradec train focus`).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from .. import focus as F
+from ..sampling import next_tokens
+from .base import Output, Param, Request, RequestError, Step, Strategy, register, u_stream
+from .parallel_context import plan_chunks, question_start
+
+
+@register
+class FocusLLM(Strategy):
+    name = "focus"
+    title = "FocusLLM"
+    lossless = False
+    accepts_long_prompts = True
+    params = {
+        "window": Param(0, int, 0, 1_000_000, "tokens per memory chunk (0 = context length - dynamic prompt)"),
+        "question_tokens": Param(64, int, 1, 4096, "local-context length when the prompt has no question "
+                                                   "marker or short final paragraph"),
+        "max_chunks": Param(64, int, 1, 4096, "most memory chunks encoded in one batch"),
+        "refresh": Param(0, int, 0, 4096, "recompute the candidates every k generated tokens (0 = once, "
+                                          "from the prompt)"),
+        "adapter": Param("", str, help="FocusLLM parameters folder (default: <model>/focus, made by `train focus`)"),
+    }
+
+    def available(self, engine) -> tuple[bool, str]:
+        try:
+            ad = F.adapter_for(engine)
+        except Exception as e:  # noqa: BLE001 - a broken parameters file: say why
+            return False, f"the FocusLLM parameters could not be loaded ({e}); {F.hint(engine)}"
+        if ad is None:
+            return False, F.hint(engine)
+        if not ad.fits(engine.model):
+            return False, f"the FocusLLM parameters were trained for another model; {F.hint(engine)}"
+        return True, ""
+
+    def layout(self, engine, request: Request, dynamic: int) -> dict:
+        p = self.resolve_params(request)
+        ids = replace(request, params={**request.params, "_long_ok": True}).validate(engine)
+        q0 = question_start(engine, ids, p["question_tokens"])
+        question, memory = ids[q0:], ids[:q0]
+        C, M = engine.context_length, request.max_new_tokens
+        window = p["window"] or C - dynamic
+        if window < 1 or window + dynamic > C:
+            raise RequestError(f"focus: window must be between 1 and {C - dynamic} (the context of {C} tokens minus "
+                               f"the {dynamic}-token dynamic prompt), got {window}")
+        chunks = plan_chunks(memory, window, [])
+        if len(chunks) > p["max_chunks"]:
+            raise RequestError(
+                f"focus: the prompt's memory part ({len(memory)} tokens) needs {len(chunks)} chunks of {window} "
+                f"tokens, more than max_chunks={p['max_chunks']}; shorten the prompt or raise max_chunks")
+        if len(chunks) + len(question) + M > C:
+            raise RequestError(
+                f"focus: {len(chunks)} candidate positions + the question ({len(question)} tokens) + max_new_tokens "
+                f"({M}) exceed the model's context of {C} tokens; raise window or lower question_tokens or "
+                "max_new_tokens")
+        return {"chunks": chunks, "question": question, "window": window, "refresh": p["refresh"],
+                "adapter": p["adapter"]}
+
+    def stream(self, engine, request: Request):
+        ad = F.adapter_for(engine, self.resolve_params(request)["adapter"] or None)
+        if ad is None:
+            raise FileNotFoundError(f"no FocusLLM parameters for {engine.name}: {F.hint(engine)}")
+        if not ad.fits(engine.model):
+            raise F.FocusError(f"these FocusLLM parameters were trained for another model; {F.hint(engine)}")
+        lay = self.layout(engine, request, ad.dynamic)
+        chunks, local = lay["chunks"], list(lay["question"])
+        n = len(chunks)
+        sp, us = request.sampling, u_stream(request)
+        out = Output(engine, request)
+        info = {"chunks": n, "chunk_lengths": [len(c) for c in chunks], "window": lay["window"],
+                "question_tokens": len(local), "dynamic_prompt": min(ad.dynamic, len(local))}
+        enc = None
+        if chunks:
+            with torch.inference_mode():
+                _, ccache, cmask, cnext = engine.prefill_batch(chunks)
+            enc = (ccache, cmask, cnext)
+            yield Step(forward_passes=1, prefill=True, info=info)
+            info = {}
+
+        def encode_local(tokens: list[int]):
+            """Candidates from the newest dynamic prompt, then the local tokens on top: last logits, cache."""
+            with torch.inference_mode():
+                if enc is None:
+                    cache = engine.new_cache()
+                else:
+                    dyn = torch.tensor(tokens[-ad.dynamic:], dtype=torch.long).expand(n, -1)
+                    cache = F.local_cache(engine, F.candidate_pass(engine, ad, enc[0], enc[1], enc[2], dyn))
+                logits = engine.forward(tokens, cache, list(range(n, n + len(tokens))), logits_to_keep=1)[0, -1]
+            return logits, cache
+
+        logits, cache = encode_local(local)
+        passes = 2 if enc is not None else 1
+        prefill, since = True, 0
+        while True:
+            tok = int(next_tokens(logits, sp, us[len(out.ids)] if us else None))
+            yield out.step([tok], forward_passes=passes, prefill=prefill, info=info)
+            if out.done:
+                return
+            prefill, info, since = False, {}, since + 1
+            if lay["refresh"] and enc is not None and since >= lay["refresh"]:
+                logits, cache = encode_local(local + out.ids)
+                passes, since = 2, 0
+                continue
+            pos = n + len(local) + len(out.ids) - 1
+            logits = engine.forward([tok], cache, [pos], logits_to_keep=1)[0, -1]
+            passes = 1

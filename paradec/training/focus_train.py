@@ -1,0 +1,373 @@
+"""`python -m paradec train focus`: train FocusLLM's candidate projections for a frozen base model.
+
+Data: long token streams from the corpus (the raw text of the standard library and its documentation,
+documents joined with EOS; modules split train / held-out as for the default model). A training step
+takes one *memory* - n consecutive chunks of c tokens (n and c drawn per step so that positions and
+chunk counts up to those of long prompts are seen; n*c <= --memory) - encodes it as one batch without a
+graph, and asks Q queries of it at once. Each query is a local context of L tokens followed by m target
+tokens; the loss is the cross-entropy of the m targets given the local context and the n candidates
+(the candidates are made from the last `dynamic` tokens of the local context, and kept for all m
+targets: the `refresh` = 0 regime the strategy runs by default). Two kinds of query, alternating:
+
+* continuation: the local context is the text that follows the memory (or follows it further on), the
+  targets the tokens after it - ordinary language modelling with the memory as far context;
+* repetition: the local context ends with r tokens copied from somewhere in one chunk (preceded by text
+  from elsewhere), the targets are the m tokens that follow the copied span in that chunk - the model
+  can only get them from the candidates, so this teaches the candidates to find their chunk's part that
+  matches the dynamic prompt and carry what comes next (a pass key after "The pass key is", say).
+
+Only the deltas train (full rank, zero at the start); the base model is frozen. Checkpoints every
+--ckpt-every steps (atomic), resumable; the parameters are written beside the model (`<model>/focus/`)
+at every checkpoint, with the held-out figures in focus_config.json and a card (README.md).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as Fn
+
+from .. import focus as F
+from . import checkpoint
+
+
+@dataclass
+class FocusTrainConfig:
+    steps: int = 1000
+    dynamic: int = 16
+    queries: int = 6              # queries per memory (per step)
+    local: int = 40               # most local-context tokens (at least `dynamic`)
+    targets: int = 8              # target tokens per query
+    memory: int = 2048            # most memory tokens per step
+    max_chunks: int = 16
+    chunk_sizes: str = "64,128,256,496"
+    repetition: float = 0.5       # share of repetition queries
+    copy_min: int = 2
+    copy_max: int = 12
+    lr: float = 2e-4
+    warmup: int = 30
+    seed: int = 0
+    ckpt_every: int = 25
+    eval_batches: int = 12
+    max_docs: int = 0             # 0 = the whole corpus
+
+
+def token_streams(engine, max_docs: int = 0, seed: int = 0) -> dict[str, list[int]]:
+    """{'train': ids, 'val': ids}: the corpus' raw documents, shuffled, EOS between documents."""
+    from . import corpus as C
+    corp = C.build_corpus()
+    tok = engine.tokenizer
+    eos = next(iter(engine.eos_ids), tok.eos_token_id)
+    out = {}
+    for split, docs in (("train", list(corp.train_raw)), ("val", list(corp.val_raw))):
+        random.Random(seed).shuffle(docs)
+        if max_docs:
+            docs = docs[:max_docs]
+        ids: list[int] = []
+        for t in docs:
+            ids += tok(t, add_special_tokens=False)["input_ids"] + [eos]
+        out[split] = ids
+    return out
+
+
+def sample_batch(stream: list[int], cfg: FocusTrainConfig, rng: random.Random, kind: str | None = None) -> dict:
+    """One memory (n chunks of c tokens) and `queries` queries of it (see the module doc)."""
+    sizes = [int(s) for s in cfg.chunk_sizes.split(",")]
+    c = rng.choice(sizes)
+    n = rng.randint(1, max(1, min(cfg.max_chunks, cfg.memory // c)))
+    L, m = rng.randint(cfg.dynamic, max(cfg.dynamic, cfg.local)), cfg.targets
+    span = n * c
+    need = span + 4 * (L + m)
+    s = rng.randrange(0, len(stream) - need - 1)
+    chunks = [stream[s + i * c: s + (i + 1) * c] for i in range(n)]
+    after = s + span
+    local, target, kinds = [], [], []
+    for q in range(cfg.queries):
+        k = kind or ("rep" if rng.random() < cfg.repetition else "cont")
+        if k == "rep" and c > m + cfg.copy_min:
+            i = rng.randrange(n)
+            r = rng.randint(cfg.copy_min, min(cfg.copy_max, L, c - m))
+            j = rng.randint(r, c - m)
+            other = rng.randrange(0, len(stream) - L)
+            local.append(stream[other: other + L - r] + chunks[i][j - r:j])
+            target.append(chunks[i][j:j + m])
+        else:
+            k = "cont"
+            o = after + rng.randint(0, 3 * (L + m)) if q else after
+            local.append(stream[o:o + L])
+            target.append(stream[o + L:o + L + m])
+        kinds.append(k)
+    return {"chunks": torch.tensor(chunks), "local": torch.tensor(local), "target": torch.tensor(target),
+            "kinds": kinds, "c": c, "n": n}
+
+
+def batch_logits(engine, adapter, batch: dict, memory: bool = True) -> torch.Tensor:
+    """Logits (Q, m, V) of the targets given the local context and, with `memory`, the candidates."""
+    model = engine.model
+    dev = engine.device
+    chunks, local, target = batch["chunks"].to(dev), batch["local"].to(dev), batch["target"].to(dev)
+    Q, L = local.shape
+    n = chunks.shape[0] if memory else 0
+    if memory:
+        with torch.no_grad():
+            ccache = engine.new_cache()
+            model(input_ids=chunks, past_key_values=ccache, use_cache=True, logits_to_keep=1)
+            ccache = F.expand_cache(engine, ccache, Q)
+        dyn = local[:, -adapter.dynamic:].repeat_interleave(n, 0)
+        nxt = torch.full((Q * n,), chunks.shape[1], device=dev)
+        cache = F.local_cache(engine, F.candidate_pass(engine, adapter, ccache, None, nxt, dyn, groups=Q))
+    else:
+        cache = engine.new_cache()
+    inp = torch.cat([local, target[:, :-1]], 1)
+    pos = torch.arange(n, n + inp.shape[1], device=dev).expand(Q, -1)
+    m = target.shape[1]
+    out = model(input_ids=inp, past_key_values=cache, position_ids=pos, use_cache=True, logits_to_keep=m)
+    return out.logits.float()
+
+
+def batch_loss(engine, adapter, batch: dict, memory: bool = True) -> tuple[torch.Tensor, dict]:
+    logits = batch_logits(engine, adapter, batch, memory)
+    target = batch["target"].to(engine.device)
+    per = Fn.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="none").view(target.shape)
+    with torch.no_grad():
+        hit = (logits.argmax(-1) == target).float()
+        stats = {}
+        for k in ("rep", "cont"):
+            sel = torch.tensor([x == k for x in batch["kinds"]], device=per.device)
+            if sel.any():
+                stats[k] = {"loss": float(per[sel].mean()), "acc": float(hit[sel].mean()), "n": int(sel.sum())}
+    return per.mean(), stats
+
+
+@torch.no_grad()
+def evaluate(engine, adapter, stream: list[int], cfg: FocusTrainConfig, batches: int, seed: int = 1234) -> dict:
+    """Held-out loss and top-1 accuracy of the targets, with the candidates and without any memory (the
+    base model on the local context alone), per query kind."""
+    rng = random.Random(seed)
+    acc = {(k, mem): [0.0, 0.0, 0] for k in ("rep", "cont") for mem in (True, False)}
+    for b in range(batches):
+        batch = sample_batch(stream, cfg, rng, kind="rep" if b % 2 == 0 else "cont")
+        for mem in (True, False):
+            _, st = batch_loss(engine, adapter, batch, mem)
+            for k, v in st.items():
+                a = acc[(k, mem)]
+                a[0] += v["loss"] * v["n"]
+                a[1] += v["acc"] * v["n"]
+                a[2] += v["n"]
+    out = {}
+    for (k, mem), (ls, ac, n) in acc.items():
+        if n:
+            tag = f"{k}_{'focus' if mem else 'local_only'}"
+            out[f"{tag}_loss"] = round(ls / n, 4)
+            out[f"{tag}_acc"] = round(ac / n, 4)
+    return out
+
+
+def _lr(step: int, cfg: FocusTrainConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
+
+
+def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print, progress: bool = True,
+                streams: dict | None = None) -> dict:
+    """Train (or resume) FocusLLM parameters for `engine`'s model; writes them to out_dir, returns a summary."""
+    from tqdm import tqdm
+    out_dir = Path(out_dir)
+    own_work = work_dir is None
+    work = Path(work_dir) if work_dir else out_dir / ".checkpoint"
+    work.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    model = engine.model
+    model.eval().requires_grad_(False)
+    if max(int(s) for s in cfg.chunk_sizes.split(",")) + cfg.dynamic > engine.context_length:
+        raise ValueError(f"a chunk size in {cfg.chunk_sizes} plus the {cfg.dynamic}-token dynamic prompt exceeds the "
+                         f"model's context of {engine.context_length}")
+    adapter = F.FocusAdapter.for_model(model, cfg.dynamic)
+    opt = torch.optim.AdamW(adapter.parameters(), lr=cfg.lr, weight_decay=0.0)
+    rng = random.Random(cfg.seed)
+    state = {"step": 0, "elapsed_s": 0.0, "history": [], "eval": []}
+    data_file = work / "focus_data.pt"
+    if streams is None:
+        if data_file.exists():
+            streams = torch.load(data_file, weights_only=False)
+        else:
+            t0 = time.time()
+            streams = token_streams(engine, cfg.max_docs, cfg.seed)
+            torch.save(streams, data_file)
+            log(f"corpus: train {len(streams['train']):,} tokens, held-out {len(streams['val']):,} tokens "
+                f"({time.time() - t0:.0f}s)")
+    ckpt = work / "focus_checkpoint.pt"
+    saved = checkpoint.load(ckpt)
+    if saved is not None:
+        adapter.load_state_dict(saved["adapter"])
+        opt.load_state_dict(saved["opt"])
+        rng.setstate(saved["rng"])
+        state = saved["state"]
+        log(f"resumed at step {state['step']}")
+    n_params = sum(p.numel() for p in adapter.parameters())
+    log(f"FocusLLM parameters: {n_params / 1e6:.2f}M, dynamic prompt {cfg.dynamic}, {cfg.steps} steps")
+    if not state["eval"]:
+        state["eval"].append({"step": 0, **evaluate(engine, adapter, streams["val"], cfg, cfg.eval_batches)})
+        log(f"held-out at step 0: {state['eval'][-1]}")
+    bar = tqdm(total=cfg.steps, initial=state["step"], desc="train focus", file=sys.stderr, disable=not progress)
+    t_last = time.time()
+    recent: list[dict] = []
+    while state["step"] < cfg.steps:
+        for g in opt.param_groups:
+            g["lr"] = _lr(state["step"], cfg)
+        loss, st = batch_loss(engine, adapter, sample_batch(streams["train"], cfg, rng))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(adapter.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        state["step"] += 1
+        now = time.time()
+        state["elapsed_s"] += now - t_last
+        t_last = now
+        recent.append({"loss": loss.item(), **{f"{k}_acc": v["acc"] for k, v in st.items()}})
+        bar.update(1)
+        bar.set_postfix(loss=f"{recent[-1]['loss']:.3f}")
+        if state["step"] % cfg.ckpt_every == 0 or state["step"] == cfg.steps:
+            rec = {"step": state["step"], "loss": round(sum(r["loss"] for r in recent) / len(recent), 4),
+                   "elapsed_s": round(state["elapsed_s"], 1)}
+            for k in ("rep_acc", "cont_acc"):
+                v = [r[k] for r in recent if k in r]
+                if v:
+                    rec[k] = round(sum(v) / len(v), 4)
+            state["history"].append(rec)
+            recent = []
+            if state["step"] % (cfg.ckpt_every * 4) == 0 or state["step"] == cfg.steps:
+                state["eval"].append({"step": state["step"],
+                                      **evaluate(engine, adapter, streams["val"], cfg, cfg.eval_batches)})
+                log(f"held-out at step {state['step']}: {state['eval'][-1]}")
+            checkpoint.save(ckpt, {"adapter": adapter.state_dict(), "opt": opt.state_dict(), "rng": rng.getstate(),
+                                   "state": state, "config": asdict(cfg)})
+            adapter.save(out_dir, {"training": {"config": asdict(cfg), "steps_done": state["step"],
+                                                "train_time_s": round(state["elapsed_s"], 1),
+                                                "history": state["history"], "eval": state["eval"]}})
+            t_last = time.time()
+    bar.close()
+    summary = {"config": asdict(cfg), "steps_done": state["step"], "train_time_s": round(state["elapsed_s"], 1),
+               "history": state["history"], "eval": state["eval"], "parameters": n_params,
+               "torch": torch.__version__, "hardware": f"{engine.device}, {torch.get_num_threads()} thread(s)"}
+    adapter.save(out_dir, {"training": summary})
+    write_card(out_dir, summary)
+    if own_work:
+        shutil.rmtree(work, ignore_errors=True)
+    return summary
+
+
+def write_card(out_dir, summary: dict, extra: str = "") -> Path:
+    cfg, ev = summary["config"], summary["eval"]
+    first, last = (ev[0], ev[-1]) if ev else ({}, {})
+    lines = ["# FocusLLM parameters", "",
+             "Candidate-token q/k/v/o deltas for the frozen base model in the folder above (paradec/focus.py; "
+             "trained by `python -m paradec train focus`, paradec/training/focus_train.py).", "",
+             f"- parameters: {summary['parameters']:,} (one full-rank delta per attention projection)",
+             f"- dynamic prompt: {cfg['dynamic']} tokens; chunk sizes {cfg['chunk_sizes']}; up to {cfg['max_chunks']} "
+             f"chunks, {cfg['memory']} memory tokens per step; {cfg['queries']} queries per memory "
+             f"({cfg['repetition']:.0%} repetition), {cfg['targets']} target tokens each",
+             f"- steps: {summary['steps_done']} in {summary['train_time_s'] / 60:.1f} min on {summary['hardware']} "
+             f"(torch {summary['torch']}); lr {cfg['lr']}, warmup {cfg['warmup']}, cosine to 10%", "",
+             "## Held-out figures (modules the base model never trained on)", "",
+             "Target tokens after a local context: loss (nats/token) and top-1 accuracy, with the candidates "
+             "of the memory (focus) and with no memory at all (the frozen base on the local context alone).", "",
+             "| step | repetition: focus loss | local only | focus acc | local only acc | continuation: focus loss "
+             "| local only | focus acc | local only acc |", "|---|---|---|---|---|---|---|---|---|"]
+    for e in ev:
+        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+            e["step"], *(e.get(k, "") for k in ("rep_focus_loss", "rep_local_only_loss", "rep_focus_acc",
+                                                "rep_local_only_acc", "cont_focus_loss", "cont_local_only_loss",
+                                                "cont_focus_acc", "cont_local_only_acc"))))
+    if extra:
+        lines += ["", extra.strip()]
+    path = Path(out_dir) / "README.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = FocusTrainConfig()
+    p = argparse.ArgumentParser(prog="python -m paradec train focus",
+                                description="train FocusLLM candidate projections for a frozen model")
+    p.add_argument("--model", help="local model folder or hub id (default: the shipped paradec-tiny)")
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--dynamic", type=int, default=d.dynamic, help="dynamic prompt length (tokens)")
+    p.add_argument("--queries", type=int, default=d.queries, help="queries per memory (per step)")
+    p.add_argument("--local", type=int, default=d.local, help="most local-context tokens per query")
+    p.add_argument("--targets", type=int, default=d.targets, help="target tokens per query")
+    p.add_argument("--memory", type=int, default=d.memory, help="most memory tokens per step")
+    p.add_argument("--max-chunks", type=int, default=d.max_chunks)
+    p.add_argument("--chunk-sizes", default=d.chunk_sizes, help="comma-separated chunk lengths to draw from")
+    p.add_argument("--repetition", type=float, default=d.repetition, help="share of repetition queries")
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--max-docs", type=int, default=0, help="use only this many corpus documents (0 = all)")
+    p.add_argument("--eval-batches", type=int, default=d.eval_batches)
+    p.add_argument("--ckpt-every", type=int, default=d.ckpt_every)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--out", help="output folder (default <model>/focus)")
+    p.add_argument("--work", help="checkpoint folder (default <out>/.checkpoint, removed when training ends)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, help="CPU threads for torch")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def train_focus_main(argv: list[str]) -> int:
+    """`python -m paradec train focus ...` -> exit status."""
+    from ..engine import Engine, ModelError, resolve_model
+    args = build_parser().parse_args(argv)
+    for name, v, lo in (("--steps", args.steps, 1), ("--dynamic", args.dynamic, 1), ("--queries", args.queries, 1),
+                        ("--targets", args.targets, 1), ("--max-chunks", args.max_chunks, 1)):
+        if v < lo:
+            print(f"error: {name} must be at least {lo}, got {v}", file=sys.stderr)
+            return 2
+    if not 0.0 <= args.repetition <= 1.0:
+        print("error: --repetition must be between 0 and 1", file=sys.stderr)
+        return 2
+    try:
+        sizes = [int(s) for s in args.chunk_sizes.split(",")]
+        assert sizes and min(sizes) > args.targets + 2
+    except (ValueError, AssertionError):
+        print(f"error: --chunk-sizes must be comma-separated whole numbers above --targets + 2, got {args.chunk_sizes!r}",
+              file=sys.stderr)
+        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        engine = Engine.load(args.model, device=args.device, dtype="float32")
+        path, local = resolve_model(args.model)
+    except ModelError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.out:
+        out = Path(args.out)
+    elif local:
+        out = Path(path) / F.ADAPTER_DIR
+    else:
+        print("error: the model is not a local folder; pass --out DIR for the parameters", file=sys.stderr)
+        return 2
+    cfg = FocusTrainConfig(steps=args.steps, dynamic=args.dynamic, queries=args.queries,
+                           local=max(args.local, args.dynamic), targets=args.targets, memory=args.memory,
+                           max_chunks=args.max_chunks, chunk_sizes=args.chunk_sizes, repetition=args.repetition,
+                           lr=args.lr, warmup=min(30, max(1, args.steps // 10)), seed=args.seed,
+                           ckpt_every=args.ckpt_every, eval_batches=args.eval_batches, max_docs=args.max_docs)
+    try:
+        summary = train_focus(engine, cfg, out, args.work, log=lambda m: print(m, file=sys.stderr),
+                              progress=not args.no_progress)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"out": str(out), "steps": summary["steps_done"], "train_time_s": summary["train_time_s"],
+                      "eval": summary["eval"][-1] if summary["eval"] else None}))
+    return 0

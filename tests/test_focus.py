@@ -1,0 +1,259 @@
+"""FocusLLM (`focus`): key re-rotation, the batched candidate pass against one chunk at a time, the gate
+touching only the candidate position, the strategy on prompts longer than the context, training (loss falls,
+parameters load, resume) and the `train focus` command. All on random tiny Llamas (context 512)."""
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from paradec import focus as F
+from paradec.strategies import Request, RequestError, get
+from paradec.testing import random_engine
+from paradec.training import focus_train as T
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = ["The ferry crossed the bay.", "An owl called at dusk.", "def parse(line):\n    return line",
+         "Fresh bread in the cafe.", "import os\nprint(os.getcwd())", "Snow lay on the hills."]
+
+
+@pytest.fixture(scope="module")
+def eng():
+    torch.set_num_threads(1)
+    return random_engine(4)
+
+
+def _perturbed(engine, dynamic=6, std=0.05, seed=1):
+    torch.manual_seed(seed)
+    ad = F.FocusAdapter.for_model(engine.model, dynamic)
+    with torch.no_grad():
+        for p in ad.parameters():
+            p.normal_(0, std)
+    return ad.eval().requires_grad_(False)
+
+
+def _long_prompt(n_sents, seed=0, question="\n\nWhat is the pass key? The pass key is"):
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(n_sents)) + question
+
+
+def test_rerotate_is_exact(eng):
+    ids = torch.randint(10, 8000, (2, 12))
+    plain, shifted = eng.new_cache(), eng.new_cache()
+    eng.forward(ids, plain)
+    eng.forward(ids, shifted, positions=torch.arange(30, 42).expand(2, -1))
+    for layer_a, layer_b in zip(plain.layers, shifted.layers):
+        moved = F.rerotate(eng.model, layer_a.keys, torch.full((2, 12), 30))
+        assert torch.allclose(moved, layer_b.keys, atol=1e-4)
+        assert not torch.allclose(layer_a.keys, layer_b.keys, atol=1e-2)
+
+
+def test_last_layer_q_and_o_are_left_out(eng):
+    ad = F.FocusAdapter.for_model(eng.model)
+    last = eng.model.config.num_hidden_layers - 1
+    assert f"model.layers.{last}.self_attn.k_proj" in ad.names
+    assert f"model.layers.{last}.self_attn.q_proj" not in ad.names
+    assert f"model.layers.{last}.self_attn.o_proj" not in ad.names
+    assert f"model.layers.0.self_attn.q_proj" in ad.names and len(ad.names) == 4 * (last + 1) - 2
+
+
+def test_batched_candidates_equal_one_chunk_at_a_time(eng):
+    ad = _perturbed(eng)
+    g = torch.Generator().manual_seed(3)
+    chunks = [torch.randint(10, 8000, (n,), generator=g).tolist() for n in (40, 17, 33, 40)]
+    dyn = torch.randint(10, 8000, (6,), generator=g)
+    with torch.inference_mode():
+        _, cache, mask, nxt = eng.prefill_batch(chunks)
+        before = [layer.keys.clone() for layer in cache.layers]
+        batched = F.candidate_pass(eng, ad, cache, mask, nxt, dyn.expand(len(chunks), -1))
+        # the chunk cache is left as it was
+        assert eng.cache_len(cache) == 40
+        assert all(torch.equal(b, layer.keys) for b, layer in zip(before, cache.layers))
+        for i, ch in enumerate(chunks):
+            _, c1, m1, n1 = eng.prefill_batch([ch])
+            alone = F.candidate_pass(eng, ad, c1, m1, n1, dyn.expand(1, -1))
+            for (kb, vb), (ka, va) in zip(batched, alone):
+                assert kb.shape[2] == len(chunks) and ka.shape[2] == 1
+                # alone, the candidate sits at position 0; in the batch at position i
+                ka_i = F.rerotate(eng.model, ka, torch.full((1, 1), i))
+                assert torch.allclose(kb[:, :, i:i + 1], ka_i, atol=1e-4)
+                assert torch.allclose(vb[:, :, i:i + 1], va, atol=1e-4)
+
+
+def test_deltas_act_only_at_the_candidate_position(eng):
+    """With the adapter applied, every position but the last computes exactly what the base computes; the
+    last one differs (and is the base again when the deltas are zero)."""
+    ids = torch.randint(10, 8000, (1, 9))
+    base = eng.forward(ids)
+    with _perturbed(eng).applied(eng.model):
+        got = eng.forward(ids)
+    assert torch.equal(got[:, :-1], base[:, :-1])
+    assert not torch.allclose(got[:, -1], base[:, -1], atol=1e-3)
+    with F.FocusAdapter.for_model(eng.model).applied(eng.model):
+        assert torch.allclose(eng.forward(ids), base, atol=1e-5)
+
+
+def test_unavailable_without_parameters(eng):
+    eng.extras.pop("focus", None)
+    s = get("focus")
+    ok, why = s.available(eng)
+    assert not ok and "python -m paradec train focus" in why
+    with pytest.raises(FileNotFoundError, match="train focus"):
+        list(s.stream(eng, Request(prompt="x", max_new_tokens=2)))
+
+
+def _run(engine, prompt, **params):
+    req = Request(prompt=prompt, chat=False, max_new_tokens=10, ignore_eos=True, params=params)
+    steps = list(get("focus").stream(engine, req))
+    return [t for s in steps for t in s.token_ids], steps
+
+
+def test_reads_a_prompt_four_times_the_context(eng):
+    eng.extras["focus"] = _perturbed(eng)
+    prompt = _long_prompt(400)
+    ids = eng.encode(Request(prompt=prompt, chat=False))
+    assert len(ids) > 4 * eng.context_length
+    with pytest.raises(RequestError, match="context"):
+        list(get("ar").stream(eng, Request(prompt=prompt, chat=False, max_new_tokens=4)))
+    toks, steps = _run(eng, prompt)
+    info = steps[0].info
+    assert steps[0].token_ids == [] and steps[0].prefill and steps[0].forward_passes == 1
+    assert info["chunks"] >= 5 and max(info["chunk_lengths"]) <= eng.context_length - 6
+    assert sum(info["chunk_lengths"]) + info["question_tokens"] == len(ids)
+    assert info["dynamic_prompt"] == 6
+    assert len(toks) == 10 and steps[1].forward_passes == 2 and all(s.forward_passes == 1 for s in steps[2:])
+    # refresh=1 recomputes the candidates after every token: two passes per token, same first token
+    toks_r, steps_r = _run(eng, prompt, refresh=1)
+    assert toks_r[0] == toks[0] and all(s.forward_passes == 2 for s in steps_r[1:])
+    # the memory matters: another memory with the same question gives other candidates
+    other, _ = _run(eng, _long_prompt(400, seed=9))
+    assert other != toks
+
+
+def test_first_token_from_candidates_by_hand(eng):
+    """The first token equals a hand-built computation: chunks alone, candidates alone, re-rotated to
+    0..n-1, then the question on top of them."""
+    ad = eng.extras["focus"] = _perturbed(eng, seed=2)
+    prompt = _long_prompt(150, seed=4)
+    toks, steps = _run(eng, prompt)
+    ids = eng.encode(Request(prompt=prompt, chat=False))
+    q = steps[0].info["question_tokens"]
+    lens = steps[0].info["chunk_lengths"]
+    memory, question = ids[:-q], ids[-q:]
+    cands = []
+    start = 0
+    with torch.inference_mode():
+        for i, n in enumerate(lens):
+            cache = eng.new_cache()
+            eng.forward(memory[start:start + n], cache)
+            start += n
+            with ad.applied(eng.model):
+                eng.forward(question[-ad.dynamic:], cache, positions=list(range(n, n + ad.dynamic)))
+            cands.append([(F.rerotate(eng.model, layer.keys[:, :, -1:], torch.full((1, 1), i - (n + ad.dynamic - 1))),
+                           layer.values[:, :, -1:]) for layer in cache.layers])
+        kv = [(torch.cat([c[li][0] for c in cands], 2), torch.cat([c[li][1] for c in cands], 2))
+              for li in range(len(cands[0]))]
+        logits = eng.forward(question, F.local_cache(eng, kv), positions=list(range(len(lens), len(lens) + q)))
+    assert int(logits[0, -1].argmax()) == toks[0]
+
+
+def test_limits_are_checked(eng):
+    eng.extras["focus"] = _perturbed(eng)
+    prompt = _long_prompt(400)
+    with pytest.raises(RequestError, match="max_chunks"):
+        _run(eng, prompt, max_chunks=2)
+    with pytest.raises(RequestError, match="window"):
+        _run(eng, prompt, window=600)
+    with pytest.raises(RequestError, match="unknown parameter"):
+        _run(eng, prompt, nope=1)
+
+
+# ------------------------------------------------------------------ training
+
+def _streams(n=21_000, seed=0):
+    """A stream the candidates can help with on a random model: a 7-token pattern over and over (a random
+    Llama cannot predict it from the local context; candidates that carry the pattern's tokens can)."""
+    pattern = [random.Random(seed).randrange(10, 8000) for _ in range(7)]
+    out = pattern * (n // 7)
+    return {"train": out, "val": out[: n // 3]}
+
+
+CFG = dict(dynamic=6, queries=4, local=12, targets=4, memory=256, max_chunks=4, chunk_sizes="32,64", lr=1e-2,
+           warmup=2, eval_batches=2, ckpt_every=5)
+
+
+@pytest.fixture(scope="module")
+def trained(eng, tmp_path_factory):
+    out = tmp_path_factory.mktemp("focus") / "focus"
+    summary = T.train_focus(eng, T.FocusTrainConfig(steps=20, **CFG), out, log=lambda m: None, progress=False,
+                            streams=_streams())
+    return summary, out
+
+
+def test_training_loss_falls_and_parameters_load(eng, trained):
+    summary, out = trained
+    hist = summary["history"]
+    assert [h["step"] for h in hist] == [5, 10, 15, 20]
+    assert hist[-1]["loss"] < hist[0]["loss"] * 0.5, hist
+    first, last = summary["eval"][0], summary["eval"][-1]
+    assert last["cont_focus_loss"] < first["cont_focus_loss"] * 0.5, (first, last)
+    assert first["cont_local_only_loss"] == last["cont_local_only_loss"]      # the base model is untouched
+    assert summary["eval"][0]["step"] == 0 and summary["eval"][-1]["step"] == 20
+    assert (out / "adapter.safetensors").exists() and (out / "README.md").exists()
+    assert not (out / ".checkpoint").exists()
+    cfg = json.loads((out / "focus_config.json").read_text())
+    assert cfg["dynamic"] == 6 and cfg["base"]["hidden_size"] == 64 and cfg["training"]["steps_done"] == 20
+    ad = F.FocusAdapter.load(out)
+    assert ad.fits(eng.model) and not ad.fits(random_engine(0, hidden=32).model)
+    assert any(torch.count_nonzero(p) > 0 for p in ad.parameters())
+    eng.extras.pop("focus", None)
+    a = _run(eng, _long_prompt(200), adapter=str(out))[0]
+    eng.extras["focus"] = F.FocusAdapter.load(out)
+    assert _run(eng, _long_prompt(200))[0] == a
+
+
+def test_resume_from_checkpoint(eng, tmp_path):
+    work = tmp_path / "work"
+    streams = _streams(seed=1)
+    T.train_focus(eng, T.FocusTrainConfig(steps=2, **{**CFG, "ckpt_every": 1}), tmp_path / "out", work_dir=work,
+                  log=lambda m: None, progress=False, streams=streams)
+    assert (work / "focus_checkpoint.pt").exists()
+    logs = []
+    s = T.train_focus(eng, T.FocusTrainConfig(steps=3, **{**CFG, "ckpt_every": 1}), tmp_path / "out", work_dir=work,
+                      log=logs.append, progress=False, streams=streams)
+    assert any("resumed at step 2" in m for m in logs)
+    assert s["steps_done"] == 3 and [h["step"] for h in s["history"]] == [1, 2, 3]
+
+
+def test_sample_batch_repetition_targets_come_from_the_memory():
+    cfg = T.FocusTrainConfig(**{**CFG, "repetition": 1.0})
+    stream = list(range(100, 20_000))           # every token unique: positions can be read off the ids
+    b = T.sample_batch(stream, cfg, random.Random(0))
+    assert set(b["kinds"]) == {"rep"}
+    mem = b["chunks"].flatten().tolist()
+    for local, target in zip(b["local"].tolist(), b["target"].tolist()):
+        i = mem.index(target[0])
+        assert mem[i:i + len(target)] == target and mem[i - 2:i] == local[-2:]
+
+
+def test_train_command(tmp_path):
+    e = random_engine(5, hidden=32)
+    folder = tmp_path / "tiny"
+    e.model.save_pretrained(folder)
+    e.tokenizer.save_pretrained(folder)
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "paradec", "train", "focus", "--model", str(folder), "--steps", "2",
+                        "--dynamic", "4", "--queries", "2", "--local", "8", "--targets", "3", "--memory", "128",
+                        "--chunk-sizes", "32,64", "--max-docs", "2", "--eval-batches", "1", "--threads", "1",
+                        "--no-progress"], capture_output=True, text=True, timeout=180, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["steps"] == 2 and Path(res["out"]) == folder / "focus"
+    assert "python -m paradec train focus" in (folder / "focus" / "README.md").read_text()
+    assert T.train_focus_main(["--model", str(folder), "--steps", "0"]) == 2
+    assert T.train_focus_main(["--model", str(folder), "--chunk-sizes", "600", "--steps", "1"]) == 2
+    assert T.train_focus_main(["--model", str(tmp_path / "missing")]) == 2
