@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from paradec.bench import effective_params  # noqa: E402
+from paradec import focus as F  # noqa: E402
 from paradec.engine import DEFAULT_MODEL, Engine  # noqa: E402
 from paradec.race import run_alone  # noqa: E402
 from paradec.sampling import next_tokens  # noqa: E402
@@ -59,7 +60,7 @@ PREVIEW = Path("/tmp/paradec-tiny-preview")
 
 BASELINE = "ar-truncated"
 DEFAULT_STRATEGIES = "ar-truncated,pcw,focus"
-LOGPROB_STRATEGIES = (BASELINE, "pcw")      # those whose key log-probability is measured (teacher-forced)
+LOGPROB_STRATEGIES = (BASELINE, "pcw", "focus")   # those whose key log-probability is measured (teacher-forced)
 
 
 # ------------------------------------------------------------------------------------- the baseline
@@ -145,6 +146,14 @@ def key_logprobs(engine, req: Request, keys: list[str], which=LOGPROB_STRATEGIES
         cache = encode_chunks(engine, lay["chunks"], lay["shared"])
         pos0 = max(len(c) for c in lay["chunks"])
         out["pcw"] = [score(cache, engine.cache_len(cache), lay["question"], pos0, ks) for ks in key_ids]
+    if "focus" in which:
+        ad = F.adapter_for(engine)
+        lay = get("focus").layout(engine, req, ad.dynamic)
+        n = len(lay["chunks"])
+        _, cc, cm, cn = engine.prefill_batch(lay["chunks"])
+        dyn = torch.tensor(lay["question"][-ad.dynamic:]).expand(n, -1)
+        cache = F.local_cache(engine, F.candidate_pass(engine, ad, cc, cm, cn, dyn))
+        out["focus"] = [score(cache, n, lay["question"], n, ks) for ks in key_ids]
     return out
 
 
@@ -261,6 +270,7 @@ def _time(fn, repeats: int, engine) -> float:
 
 def prefill_cost(engine, window: int, multiples: list[int], repeats: int) -> list[dict]:
     big = long_engine(engine)
+    zero = F.FocusAdapter.for_model(big.model, 16)
     g = torch.Generator().manual_seed(1)
     rows = []
     warm = torch.randint(10, big.vocab_size, (window,), generator=g).tolist()
@@ -273,6 +283,15 @@ def prefill_cost(engine, window: int, multiples: list[int], repeats: int) -> lis
         reps = repeats if m <= 8 else 1
         full = _time(lambda: big.forward(ids, big.new_cache(), logits_to_keep=1), reps, big)
         pcw = _time(lambda: encode_chunks(big, chunks), reps, big)
+        # focus: the same batched chunk pass (caches kept per row) + the batched candidate pass of a
+        # 16-token dynamic prompt; the weights of the deltas do not change the cost
+        dyn = torch.tensor(ids[-16:]).expand(len(chunks), -1)
+
+        def focus_prefill():
+            _, cc, cm, cn = big.prefill_batch(chunks)
+            with torch.inference_mode():
+                F.candidate_pass(big, zero, cc, cm, cn, dyn)
+        focus = _time(focus_prefill, reps, big)
         # the attention kernel alone (one layer, causal): L x L against n rows of (L/n) x (L/n)
         cfg = big.model.config
         heads = cfg.num_attention_heads
@@ -285,10 +304,11 @@ def prefill_cost(engine, window: int, multiples: list[int], repeats: int) -> lis
             k_full = _time(lambda: sdpa(q, q, q, is_causal=True), 5, big)
             k_pcw = _time(lambda: sdpa(qc, qc, qc, is_causal=True), 5, big)
         rows.append({"multiple": m, "tokens": L, "chunks": len(chunks), "full_s": full, "pcw_s": pcw,
-                     "ratio": full / pcw, "kernel_full_s": k_full, "kernel_pcw_s": k_pcw,
+                     "ratio": full / pcw, "focus_s": focus, "focus_ratio": full / focus, "kernel_full_s": k_full, "kernel_pcw_s": k_pcw,
                      "kernel_ratio": k_full / k_pcw, "repeats": reps})
         print(f"  {L:6d} tokens ({m:2d}x window, {len(chunks):2d} chunks): full attention {full * 1000:9.1f} ms  "
-              f"pcw batched {pcw * 1000:8.1f} ms  ratio {full / pcw:5.2f}  |  attention kernel "
+              f"pcw batched {pcw * 1000:8.1f} ms  ratio {full / pcw:5.2f}  focus {focus * 1000:8.1f} ms  ratio "
+              f"{full / focus:5.2f}  |  attention kernel "
               f"{k_full * 1000:8.1f} vs {k_pcw * 1000:7.1f} ms  ratio {k_full / k_pcw:5.2f}", flush=True)
     return rows
 
@@ -384,17 +404,20 @@ def tables(engine, rows, acc_s, cost, args, strategies: list[str], skipped: dict
         out += ["", "### Prefill time against input length", "",
                 f"Randomly initialised Llama with the shapes of `{engine.name}` and 16384 positions; window {w}. "
                 "Full attention = one causal prefill of all L tokens; pcw = L/window chunks in ONE batched forward "
-                "pass plus laying the caches end to end. "
+                "pass plus laying the caches end to end; focus = the same batched chunk pass plus its batched "
+                "candidate pass (a 16-token dynamic prompt per chunk). "
                 f"Best of {cost[0]['repeats']} repeat(s) up to 8x, 1 at 16x (the kernel alone: best of 5), since "
                 "the machine may be shared. "
                 "Attention-score work: L² for full attention, n·(L/n)² = L²/n for pcw, so its share of the cost "
                 "drops by the number of chunks n; the per-token linear layers cost the same in both.", "",
                 "| input tokens | x window | chunks | full attention prefill (ms) | pcw batched prefill (ms) "
-                "| full / pcw | attention kernel, 1 layer: full (ms) | chunks (ms) | full / chunks |",
-                "|---|---|---|---|---|---|---|---|---|"]
+                "| full / pcw | focus prefill (ms) | full / focus | attention kernel, 1 layer: full (ms) | chunks (ms) "
+                "| full / chunks |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
         for c in cost:
             out.append(f"| {c['tokens']} | {c['multiple']}x | {c['chunks']} | {c['full_s'] * 1000:.1f} | "
-                       f"{c['pcw_s'] * 1000:.1f} | **{c['ratio']:.2f}** | {c['kernel_full_s'] * 1000:.1f} | "
+                       f"{c['pcw_s'] * 1000:.1f} | **{c['ratio']:.2f}** | {c['focus_s'] * 1000:.1f} | "
+                       f"**{c['focus_ratio']:.2f}** | {c['kernel_full_s'] * 1000:.1f} | "
                        f"{c['kernel_pcw_s'] * 1000:.1f} | {c['kernel_ratio']:.2f} |")
         out += ["", "The attention-kernel columns time `scaled_dot_product_attention` alone (causal, the model's "
                 "heads and head size): L×L for full attention against n rows of (L/n)×(L/n); their ratio grows with "
@@ -438,7 +461,8 @@ def reading(rows, cost, strategies: list[str]) -> str:
     if at8:
         c = at8[0]
         out.append(f"- Prefill at 8x the window ({c['tokens']} tokens, {c['chunks']} chunks): full attention "
-                   f"{c['full_s']:.2f} s, pcw {c['pcw_s']:.2f} s, ratio {c['ratio']:.2f}; the attention kernel "
+                   f"{c['full_s']:.2f} s, pcw {c['pcw_s']:.2f} s, ratio {c['ratio']:.2f}; focus {c['focus_s']:.2f} s, "
+                   f"ratio {c['focus_ratio']:.2f}; the attention kernel "
                    f"alone {c['kernel_ratio']:.2f}x (ideal {c['chunks']}x).")
     if cost:
         c = cost[-1]

@@ -25,7 +25,7 @@ for s in $sections; do
           --markdown "$OUT/spec-$suite.md"
       done ;;
     sot)     # issue 8: Skeleton-of-Thought on the outline suite
-      $PY -m paradec bench --suite outlines --strategies ar,sot,sot-r --limit "$N" --max-new-tokens 160 \
+      $PY -m paradec bench --suite outlines --strategies ar,sot,sot-seq,sot-r --limit "$N" --max-new-tokens 160 \
         --db "$DB" --name "Skeleton-of-Thought (outlines)" --markdown "$OUT/sot.md" ;;
     race)    # issue 3: race figures against benchmark-mode figures
       { echo "### race vs alone"; echo; echo '```'
