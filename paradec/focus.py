@@ -72,14 +72,18 @@ class FocusAdapter(nn.Module):
         self.delta = nn.ParameterDict({_key(n): nn.Parameter(torch.zeros(o, i)) for n, (i, o) in shapes.items()})
 
     @classmethod
-    def for_model(cls, model, dynamic: int = 16, meta: dict | None = None) -> "FocusAdapter":
+    def for_model(cls, model, dynamic: int = 16, meta: dict | None = None, all_layers: bool = False) -> "FocusAdapter":
+        """Deltas for every attention projection, except (unless `all_layers`) the last layer's q and o, which
+        cannot change any key or value the local context reads (they only shape the candidate's own output,
+        which the training's optional candidate loss reads)."""
         lin = target_linears(model, PROJECTIONS)
         if len(lin) < 4:
             raise FocusError(f"{type(model).__name__} has no attention projections named {', '.join(PROJECTIONS)} "
                              "inside decoder layers; FocusLLM here needs a Llama-style model")
         # the last layer's q and o projections cannot change any key or value the local context reads
         last = max(int(re.search(r"\.layers\.(\d+)\.", n).group(1)) for n in lin)
-        lin = {n: m for n, m in lin.items() if not (f".layers.{last}." in n and n.endswith(("q_proj", "o_proj")))}
+        if not all_layers:
+            lin = {n: m for n, m in lin.items() if not (f".layers.{last}." in n and n.endswith(("q_proj", "o_proj")))}
         ad = cls({n: (m.in_features, m.out_features) for n, m in lin.items()}, dynamic,
                  {"base": base_signature(model), **(meta or {})})
         return ad.to(next(model.parameters()).device)
@@ -181,13 +185,14 @@ def expand_cache(engine, cache, times: int):
 
 
 def candidate_pass(engine, adapter: FocusAdapter, chunk_cache, chunk_mask: torch.Tensor | None,
-                   chunk_next: torch.Tensor, dynamic: torch.Tensor, groups: int = 1):
+                   chunk_next: torch.Tensor, dynamic: torch.Tensor, groups: int = 1, want_logits: bool = False):
     """One batched forward of the dynamic prompts after the chunks: returns [(k, v)] per layer, each
     (groups, H, n, D) with keys re-rotated to positions 0..n-1, n = chunks per group.
 
     chunk_cache: batch of R = groups * n rows (group-major); chunk_mask (R, T) of real chunk positions or None
     (no padding); chunk_next (R,) the first free position of each row; dynamic (R, d) token ids.
-    The chunk cache is restored to its length before returning (the dynamic prompts are cropped off)."""
+    The chunk cache is restored to its length before returning (the dynamic prompts are cropped off).
+    With `want_logits`, returns (that list, the candidates' own next-token logits (R, V))."""
     model = engine.model
     R, d = dynamic.shape
     T = engine.cache_len(chunk_cache)
@@ -206,8 +211,8 @@ def candidate_pass(engine, adapter: FocusAdapter, chunk_cache, chunk_mask: torch
         dynamic, pos = dynamic[:, -1:], pos[:, -1:]
         mask = mask[..., -1:, :] if mask is not None else None
     with adapter.applied(model):
-        model(input_ids=dynamic, past_key_values=chunk_cache, position_ids=pos,
-              attention_mask=mask, use_cache=True, logits_to_keep=1)
+        res = model(input_ids=dynamic, past_key_values=chunk_cache, position_ids=pos,
+                    attention_mask=mask, use_cache=True, logits_to_keep=1)
     n = R // groups
     target = torch.arange(n, device=engine.device).repeat(groups)            # each group's chunks: 0..n-1
     shift = (target - pos[:, -1]).view(R, 1)
@@ -218,7 +223,7 @@ def candidate_pass(engine, adapter: FocusAdapter, chunk_cache, chunk_mask: torch
         H, D = k.shape[1], k.shape[-1]
         out.append((k.view(groups, n, H, D).transpose(1, 2), v.reshape(groups, n, H, v.shape[-1]).transpose(1, 2)))
     engine.crop(chunk_cache, T)
-    return out
+    return (out, res.logits[:, -1].float()) if want_logits else out
 
 
 def local_cache(engine, candidates):

@@ -249,7 +249,7 @@ def test_train_command(tmp_path):
     r = subprocess.run([sys.executable, "-m", "paradec", "train", "focus", "--model", str(folder), "--steps", "2",
                         "--dynamic", "4", "--queries", "2", "--local", "8", "--targets", "3", "--memory", "128",
                         "--chunk-sizes", "32,64", "--max-docs", "2", "--eval-batches", "1", "--threads", "1",
-                        "--no-progress"], capture_output=True, text=True, timeout=180, env=env, cwd=ROOT)
+                        "--no-progress"], capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
     assert res["steps"] == 2 and Path(res["out"]) == folder / "focus"
@@ -257,3 +257,20 @@ def test_train_command(tmp_path):
     assert T.train_focus_main(["--model", str(folder), "--steps", "0"]) == 2
     assert T.train_focus_main(["--model", str(folder), "--chunk-sizes", "600", "--steps", "1"]) == 2
     assert T.train_focus_main(["--model", str(tmp_path / "missing")]) == 2
+
+
+def test_candidate_loss_trains_the_source_candidate(eng, tmp_path):
+    """With the auxiliary candidate loss, the last layer's q/o deltas are included (they shape the candidate's
+    own prediction), the source chunk's candidate learns to predict the first target, and the parameters run."""
+    cfg = T.FocusTrainConfig(steps=12, **{**CFG, "repetition": 1.0, "candidate_loss": 1.0, "ckpt_every": 4})
+    s = T.train_focus(eng, cfg, tmp_path / "out", log=lambda m: None, progress=False, streams=_streams(seed=2))
+    assert all("candidate_loss" in h for h in s["history"])
+    assert s["history"][-1]["candidate_loss"] < s["history"][0]["candidate_loss"], s["history"]
+    ad = F.FocusAdapter.load(tmp_path / "out")
+    assert len(ad.names) == 4 * eng.model.config.num_hidden_layers
+    toks, _ = _run(eng, _long_prompt(200), adapter=str(tmp_path / "out"))
+    assert len(toks) == 10
+    # the auxiliary target is the first target token of each repetition query, read at its source chunk
+    b = T.sample_batch(list(range(100, 20_000)), cfg, random.Random(1))
+    for q, i in enumerate(b["src"]):
+        assert b["target"][q, 0] in b["chunks"][i]

@@ -58,6 +58,7 @@ class FocusTrainConfig:
     ckpt_every: int = 25
     eval_batches: int = 12
     max_docs: int = 0             # 0 = the whole corpus
+    candidate_loss: float = 0.0   # weight of the auxiliary loss on the source chunk's candidate (0 = off)
 
 
 def token_streams(engine, max_docs: int = 0, seed: int = 0) -> dict[str, list[int]]:
@@ -89,7 +90,7 @@ def sample_batch(stream: list[int], cfg: FocusTrainConfig, rng: random.Random, k
     s = rng.randrange(0, len(stream) - need - 1)
     chunks = [stream[s + i * c: s + (i + 1) * c] for i in range(n)]
     after = s + span
-    local, target, kinds = [], [], []
+    local, target, kinds, src = [], [], [], []
     for q in range(cfg.queries):
         k = kind or ("rep" if rng.random() < cfg.repetition else "cont")
         if k == "rep" and c > m + cfg.copy_min:
@@ -99,18 +100,21 @@ def sample_batch(stream: list[int], cfg: FocusTrainConfig, rng: random.Random, k
             other = rng.randrange(0, len(stream) - L)
             local.append(stream[other: other + L - r] + chunks[i][j - r:j])
             target.append(chunks[i][j:j + m])
+            src.append(i)
         else:
             k = "cont"
             o = after + rng.randint(0, 3 * (L + m)) if q else after
             local.append(stream[o:o + L])
             target.append(stream[o + L:o + L + m])
+            src.append(-1)
         kinds.append(k)
     return {"chunks": torch.tensor(chunks), "local": torch.tensor(local), "target": torch.tensor(target),
-            "kinds": kinds, "c": c, "n": n}
+            "kinds": kinds, "src": src, "c": c, "n": n}
 
 
-def batch_logits(engine, adapter, batch: dict, memory: bool = True) -> torch.Tensor:
-    """Logits (Q, m, V) of the targets given the local context and, with `memory`, the candidates."""
+def batch_logits(engine, adapter, batch: dict, memory: bool = True, candidate_logits: bool = False):
+    """Logits (Q, m, V) of the targets given the local context and, with `memory`, the candidates. With
+    `candidate_logits`, returns (those, the candidates' own next-token logits (Q, n, V))."""
     model = engine.model
     dev = engine.device
     chunks, local, target = batch["chunks"].to(dev), batch["local"].to(dev), batch["target"].to(dev)
@@ -123,20 +127,37 @@ def batch_logits(engine, adapter, batch: dict, memory: bool = True) -> torch.Ten
             ccache = F.expand_cache(engine, ccache, Q)
         dyn = local[:, -adapter.dynamic:].repeat_interleave(n, 0)
         nxt = torch.full((Q * n,), chunks.shape[1], device=dev)
-        cache = F.local_cache(engine, F.candidate_pass(engine, adapter, ccache, None, nxt, dyn, groups=Q))
+        kv = F.candidate_pass(engine, adapter, ccache, None, nxt, dyn, groups=Q, want_logits=candidate_logits)
+        if candidate_logits:
+            kv, cand = kv
+            cand = cand.view(Q, n, -1)
+        cache = F.local_cache(engine, kv)
     else:
         cache = engine.new_cache()
     inp = torch.cat([local, target[:, :-1]], 1)
     pos = torch.arange(n, n + inp.shape[1], device=dev).expand(Q, -1)
     m = target.shape[1]
     out = model(input_ids=inp, past_key_values=cache, position_ids=pos, use_cache=True, logits_to_keep=m)
-    return out.logits.float()
+    return (out.logits.float(), cand) if candidate_logits and memory else out.logits.float()
 
 
-def batch_loss(engine, adapter, batch: dict, memory: bool = True) -> tuple[torch.Tensor, dict]:
-    logits = batch_logits(engine, adapter, batch, memory)
+def batch_loss(engine, adapter, batch: dict, memory: bool = True, candidate_loss: float = 0.0
+               ) -> tuple[torch.Tensor, dict]:
+    """Mean cross-entropy of the targets; plus, with `candidate_loss` > 0, that weight times the cross-entropy
+    of each repetition query's first target under its SOURCE chunk's candidate (the candidate's own
+    next-token prediction, through the frozen head): a direct signal for the candidate to find the part of
+    its chunk that matches the dynamic prompt. The candidates of other chunks get no such target."""
+    aux = candidate_loss > 0 and memory and any(i >= 0 for i in batch["src"])
+    logits = batch_logits(engine, adapter, batch, memory, candidate_logits=aux)
+    if aux:
+        logits, cand = logits
     target = batch["target"].to(engine.device)
     per = Fn.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="none").view(target.shape)
+    extra = None
+    if aux:
+        rows = [q for q, i in enumerate(batch["src"]) if i >= 0]
+        sel = cand[torch.tensor(rows), torch.tensor([batch["src"][q] for q in rows])]
+        extra = Fn.cross_entropy(sel, target[torch.tensor(rows, device=target.device), 0])
     with torch.no_grad():
         hit = (logits.argmax(-1) == target).float()
         stats = {}
@@ -144,7 +165,10 @@ def batch_loss(engine, adapter, batch: dict, memory: bool = True) -> tuple[torch
             sel = torch.tensor([x == k for x in batch["kinds"]], device=per.device)
             if sel.any():
                 stats[k] = {"loss": float(per[sel].mean()), "acc": float(hit[sel].mean()), "n": int(sel.sum())}
-    return per.mean(), stats
+        if extra is not None:
+            stats["candidate_loss"] = float(extra)
+    loss = per.mean() if extra is None else per.mean() + candidate_loss * extra
+    return loss, stats
 
 
 @torch.no_grad()
@@ -192,7 +216,7 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
     if max(int(s) for s in cfg.chunk_sizes.split(",")) + cfg.dynamic > engine.context_length:
         raise ValueError(f"a chunk size in {cfg.chunk_sizes} plus the {cfg.dynamic}-token dynamic prompt exceeds the "
                          f"model's context of {engine.context_length}")
-    adapter = F.FocusAdapter.for_model(model, cfg.dynamic)
+    adapter = F.FocusAdapter.for_model(model, cfg.dynamic, all_layers=cfg.candidate_loss > 0)
     opt = torch.optim.AdamW(adapter.parameters(), lr=cfg.lr, weight_decay=0.0)
     rng = random.Random(cfg.seed)
     state = {"step": 0, "elapsed_s": 0.0, "history": [], "eval": []}
@@ -225,7 +249,8 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
     while state["step"] < cfg.steps:
         for g in opt.param_groups:
             g["lr"] = _lr(state["step"], cfg)
-        loss, st = batch_loss(engine, adapter, sample_batch(streams["train"], cfg, rng))
+        loss, st = batch_loss(engine, adapter, sample_batch(streams["train"], cfg, rng),
+                              candidate_loss=cfg.candidate_loss)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(adapter.parameters(), 1.0)
         opt.step()
@@ -234,13 +259,14 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
         now = time.time()
         state["elapsed_s"] += now - t_last
         t_last = now
-        recent.append({"loss": loss.item(), **{f"{k}_acc": v["acc"] for k, v in st.items()}})
+        recent.append({"loss": loss.item(), **{f"{k}_acc": v["acc"] for k, v in st.items() if isinstance(v, dict)},
+                       **({"candidate_loss": st["candidate_loss"]} if "candidate_loss" in st else {})})
         bar.update(1)
         bar.set_postfix(loss=f"{recent[-1]['loss']:.3f}")
         if state["step"] % cfg.ckpt_every == 0 or state["step"] == cfg.steps:
             rec = {"step": state["step"], "loss": round(sum(r["loss"] for r in recent) / len(recent), 4),
                    "elapsed_s": round(state["elapsed_s"], 1)}
-            for k in ("rep_acc", "cont_acc"):
+            for k in ("rep_acc", "cont_acc", "candidate_loss"):
                 v = [r[k] for r in recent if k in r]
                 if v:
                     rec[k] = round(sum(v) / len(v), 4)
@@ -311,6 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-sizes", default=d.chunk_sizes, help="comma-separated chunk lengths to draw from")
     p.add_argument("--repetition", type=float, default=d.repetition, help="share of repetition queries")
     p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--candidate-loss", type=float, default=d.candidate_loss,
+                   help="weight of the auxiliary loss on each repetition query's source-chunk candidate (0 = off)")
     p.add_argument("--max-docs", type=int, default=0, help="use only this many corpus documents (0 = all)")
     p.add_argument("--eval-batches", type=int, default=d.eval_batches)
     p.add_argument("--ckpt-every", type=int, default=d.ckpt_every)
@@ -360,7 +388,7 @@ def train_focus_main(argv: list[str]) -> int:
     cfg = FocusTrainConfig(steps=args.steps, dynamic=args.dynamic, queries=args.queries,
                            local=max(args.local, args.dynamic), targets=args.targets, memory=args.memory,
                            max_chunks=args.max_chunks, chunk_sizes=args.chunk_sizes, repetition=args.repetition,
-                           lr=args.lr, warmup=min(30, max(1, args.steps // 10)), seed=args.seed,
+                           lr=args.lr, candidate_loss=args.candidate_loss, warmup=min(30, max(1, args.steps // 10)), seed=args.seed,
                            ckpt_every=args.ckpt_every, eval_batches=args.eval_batches, max_docs=args.max_docs)
     try:
         summary = train_focus(engine, cfg, out, args.work, log=lambda m: print(m, file=sys.stderr),
