@@ -231,13 +231,10 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
             log(f"corpus: train {len(streams['train']):,} tokens, held-out {len(streams['val']):,} tokens "
                 f"({time.time() - t0:.0f}s)")
     ckpt = work / "focus_checkpoint.pt"
-    saved = checkpoint.load(ckpt)
+    saved = checkpoint.resume(ckpt, adapter, opt, log)
     if saved is not None:
-        adapter.load_state_dict(saved["adapter"])
-        opt.load_state_dict(saved["opt"])
         rng.setstate(saved["rng"])
         state = saved["state"]
-        log(f"resumed at step {state['step']}")
     n_params = sum(p.numel() for p in adapter.parameters())
     log(f"FocusLLM parameters: {n_params / 1e6:.2f}M, dynamic prompt {cfg.dynamic}, {cfg.steps} steps")
     if not state["eval"]:
@@ -339,15 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--candidate-loss", type=float, default=d.candidate_loss,
                    help="weight of the auxiliary loss on each repetition query's source-chunk candidate (0 = off)")
-    p.add_argument("--max-docs", type=int, default=0, help="use only this many corpus documents (0 = all)")
     p.add_argument("--eval-batches", type=int, default=d.eval_batches)
-    p.add_argument("--ckpt-every", type=int, default=d.ckpt_every)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--out", help="output folder (default <model>/focus)")
-    p.add_argument("--work", help="checkpoint folder (default <out>/.checkpoint, removed when training ends)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, help="CPU threads for torch")
-    p.add_argument("--no-progress", action="store_true")
+    checkpoint.add_run_args(p, "focus", d.ckpt_every, d.seed)
     return p
 
 

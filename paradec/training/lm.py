@@ -200,13 +200,10 @@ def train(cfg: TrainConfig, out_dir: Path | None = None, tokenizer_from: Path | 
     gen = torch.Generator().manual_seed(cfg.seed)
     state = {"step": 0, "elapsed_s": 0.0, "history": []}
     ckpt = work / "checkpoint.pt"
-    saved = checkpoint.load(ckpt)
+    saved = checkpoint.resume(ckpt, model, opt, log)
     if saved is not None:
-        model.load_state_dict(saved["model"])
-        opt.load_state_dict(saved["opt"])
         gen.set_state(saved["gen"])
         state = saved["state"]
-        log(f"resumed at step {state['step']}")
     n_params = sum(p.numel() for p in model.parameters())
     log(f"{cfg.name}: {n_params / 1e6:.2f}M parameters, {cfg.steps} steps of {cfg.batch_size}x{cfg.seq_len} tokens")
 

@@ -265,13 +265,10 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
         torch.save(data, data_file)
         log(f"data: {len(data['greedy'])} greedy answers, built in {time.time() - t0:.0f}s")
     streams, greedy = data["streams"], data["greedy"]
-    saved = checkpoint.load(ckpt)
+    saved = checkpoint.resume(ckpt, adapter, opt, log)
     if saved is not None:
-        adapter.load_state_dict(saved["adapter"])
-        opt.load_state_dict(saved["opt"])
         rng.setstate(saved["rng"])
         state = saved["state"]
-        log(f"resumed at step {state['step']}")
     n_params = sum(p.numel() for p in adapter.parameters())
     log(f"LUD adapter: {n_params / 1e6:.2f}M parameters, k={cfg.k}, alpha={cfg.alpha}, {cfg.steps} steps")
     adapter.train()
@@ -382,14 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cuts", type=int, default=d.cuts, help="cut points per window")
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--greedy", type=int, default=d.greedy, help="greedy base-model answers added to the data")
-    p.add_argument("--max-docs", type=int, default=0, help="use only this many corpus documents (0 = all)")
-    p.add_argument("--ckpt-every", type=int, default=d.ckpt_every)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--out", help="output folder (default <model>/lud)")
-    p.add_argument("--work", help="checkpoint folder (default <out>/.checkpoint, removed when training ends)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, help="CPU threads for torch")
-    p.add_argument("--no-progress", action="store_true")
+    checkpoint.add_run_args(p, "lud", d.ckpt_every, d.seed)
     return p
 
 
