@@ -195,6 +195,28 @@ def evaluate(engine, adapter, stream: list[int], cfg: FocusTrainConfig, batches:
     return out
 
 
+@torch.no_grad()
+def in_window_reference(engine, stream: list[int], cfg: FocusTrainConfig, batches: int, seed: int = 1234) -> dict:
+    """The repetition queries of `evaluate` (same seed, same batches) answered by the frozen base model with
+    the query's source chunk in its own window followed by the local context: full attention to the one chunk
+    that holds the answer - what the candidates would carry if they were perfect, for this base model."""
+    rng = random.Random(seed)
+    loss = hits = n = 0
+    for b in range(batches):
+        batch = sample_batch(stream, cfg, rng, kind="rep" if b % 2 == 0 else "cont")
+        for q, i in enumerate(batch["src"]):
+            if i < 0:
+                continue
+            tg = batch["target"][q].to(engine.device)
+            inp = torch.cat([batch["chunks"][i], batch["local"][q], batch["target"][q][:-1]]).to(engine.device)
+            lg = engine.model(input_ids=inp[None], logits_to_keep=len(tg)).logits[0].float()
+            loss += float(Fn.cross_entropy(lg, tg, reduction="sum"))
+            hits += int((lg.argmax(-1) == tg).sum())
+            n += len(tg)
+    return {"rep_in_window_loss": round(loss / max(1, n), 4), "rep_in_window_acc": round(hits / max(1, n), 4),
+            "tokens": n}
+
+
 def _lr(step: int, cfg: FocusTrainConfig) -> float:
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
@@ -282,6 +304,7 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
     bar.close()
     summary = {"config": asdict(cfg), "steps_done": state["step"], "train_time_s": round(state["elapsed_s"], 1),
                "history": state["history"], "eval": state["eval"], "parameters": n_params,
+               "in_window": in_window_reference(engine, streams["val"], cfg, cfg.eval_batches),
                "torch": torch.__version__, "hardware": f"{engine.device}, {torch.get_num_threads()} thread(s)"}
     adapter.save(out_dir, {"training": summary})
     write_card(out_dir, summary)
@@ -296,7 +319,8 @@ def write_card(out_dir, summary: dict, extra: str = "") -> Path:
     lines = ["# FocusLLM parameters", "",
              "Candidate-token q/k/v/o deltas for the frozen base model in the folder above (paradec/focus.py; "
              "trained by `python -m paradec train focus`, paradec/training/focus_train.py).", "",
-             f"- parameters: {summary['parameters']:,} (one full-rank delta per attention projection)",
+             f"- parameters: {summary['parameters']:,} (one full-rank delta per attention projection that can reach the "
+             "candidates' keys and values: the last layer's q and o are left out unless --candidate-loss is on)",
              f"- dynamic prompt: {cfg['dynamic']} tokens; chunk sizes {cfg['chunk_sizes']}; up to {cfg['max_chunks']} "
              f"chunks, {cfg['memory']} memory tokens per step; {cfg['queries']} queries per memory "
              f"({cfg['repetition']:.0%} repetition), {cfg['targets']} target tokens each",
@@ -312,6 +336,16 @@ def write_card(out_dir, summary: dict, extra: str = "") -> Path:
             e["step"], *(e.get(k, "") for k in ("rep_focus_loss", "rep_local_only_loss", "rep_focus_acc",
                                                 "rep_local_only_acc", "cont_focus_loss", "cont_local_only_loss",
                                                 "cont_focus_acc", "cont_local_only_acc"))))
+    iw = summary.get("in_window")
+    if iw and ev:
+        gain = ev[0].get("rep_local_only_loss", 0) - iw["rep_in_window_loss"]
+        got = ev[0].get("rep_local_only_loss", 0) - last.get("rep_focus_loss", 0)
+        lines += ["", f"Reference: the same held-out repetition queries answered by the frozen base model with the query's "
+                  f"source chunk in its own window (full attention to the one chunk that holds the answer): loss "
+                  f"{iw['rep_in_window_loss']}, accuracy {iw['rep_in_window_acc']} ({iw['tokens']} target tokens). "
+                  f"At step {last.get('step')} the candidates recover {got / gain:.0%} of the loss gain that the whole "
+                  "relevant chunk gives, while the local context sees every chunk of the memory only through one "
+                  "candidate token per chunk." if gain > 0 else ""]
     if extra:
         lines += ["", extra.strip()]
     path = Path(out_dir) / "README.md"
