@@ -146,8 +146,8 @@ def key_logprobs(engine, req: Request, keys: list[str], which=LOGPROB_STRATEGIES
         cache = encode_chunks(engine, lay["chunks"], lay["shared"])
         pos0 = max(len(c) for c in lay["chunks"])
         out["pcw"] = [score(cache, engine.cache_len(cache), lay["question"], pos0, ks) for ks in key_ids]
-    if "focus" in which:
-        ad = F.adapter_for(engine)
+    ad = F.adapter_for(engine) if "focus" in which else None
+    if ad is not None:       # focus with its trained parameters (skipped for a model that has none)
         lay = get("focus").layout(engine, req, ad.dynamic)
         n = len(lay["chunks"])
         _, cc, cm, cn = engine.prefill_batch(lay["chunks"])

@@ -171,9 +171,10 @@ def test_eval_script_pieces(tiny_engine):
     assert short["prompt"].endswith("The pass key is") and short["prompt"].startswith("A five-digit pass key")
     rows = lc.prefill_cost(tiny_engine, 64, [2, 4], 1)
     assert [r["chunks"] for r in rows] == [2, 4] and [r["tokens"] for r in rows] == [128, 256]
-    assert all(r["full_s"] > 0 and r["pcw_s"] > 0 and r["kernel_full_s"] > 0 for r in rows)
+    assert all(r["full_s"] > 0 and r["pcw_s"] > 0 and r["focus_s"] > 0 and r["kernel_full_s"] > 0 for r in rows)
     # with one chunk, pcw scores a continuation exactly like ar (the key log-probabilities of the eval)
     lp = lc.key_logprobs(tiny_engine, Request(prompt=short["prompt"], chat=False, max_new_tokens=8),
                          [item["reference"], "12345"])
     ar = lp[lc.BASELINE]
     assert ar == pytest.approx(lp["pcw"], abs=1e-3) and ar[0] != ar[1]
+    assert "focus" not in lp                      # the random engine has no FocusLLM parameters
