@@ -112,10 +112,11 @@ def load_engine(args):
 def _generate(args) -> int:
     import json
 
+    from .strategies import length_check_engine
     from .race import run_alone
     engine = load_engine(args)
     req = make_request(args, args.prompt)
-    req.validate(None if getattr(engine, "remote", False) else engine)
+    req.validate(length_check_engine(engine, args.strategy))
 
     def show(lane, step):
         if not args.json:
@@ -251,10 +252,11 @@ def _race(args) -> int:
 
     from .bench import race_vs_alone
     from .race import Race
+    from .strategies import length_check_engine
     engine = load_engine(args)
     req = make_request(args, args.prompt)
-    req.validate(engine)
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    req.validate(length_check_engine(engine, strategies))
     if args.check:
         rows = race_vs_alone(engine, req, strategies, args.repeats)
         print(json.dumps(rows) if args.json else "\n".join(

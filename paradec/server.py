@@ -24,6 +24,8 @@ the server answers 429 at once instead of letting waits grow without bound.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import argparse
 import asyncio
 import collections
@@ -291,6 +293,8 @@ def prepare(name: str, req, engine):
         ok, why = strategy.available(engine)
         if not ok:
             raise RequestError(f"strategy {name!r} is not available with this model: {why}")
+        if getattr(strategy, "accepts_long_prompts", False):   # pcw, focus: they check the length themselves
+            req = dataclasses.replace(req, params={**req.params, "_long_ok": True})
         prompt_ids = req.validate(engine)
     except RequestError as e:
         raise ApiError(400, str(e)) from None

@@ -134,6 +134,18 @@ def test_reads_a_prompt_four_times_the_context(eng):
     assert other != toks
 
 
+@pytest.mark.parametrize("prompt,chat", [("What does `json.dumps` do?", True), ("def add(a, b):\n", False),
+                                         (_long_prompt(40, seed=3), False)])
+def test_a_prompt_that_fits_is_decoded_exactly_like_ar(eng, prompt, chat):
+    eng.extras["focus"] = _perturbed(eng)
+    req = Request(prompt=prompt, chat=chat, max_new_tokens=16, ignore_eos=True)
+    assert len(eng.encode(req)) + 16 <= eng.context_length
+    steps = list(get("focus").stream(eng, req))
+    ar = [t for s in get("ar").stream(eng, req) for t in s.token_ids]
+    assert [t for s in steps for t in s.token_ids] == ar
+    assert steps[0].info["chunks"] == 0 and sum(s.forward_passes for s in steps) == 16
+
+
 def test_first_token_from_candidates_by_hand(eng):
     """The first token equals a hand-built computation: chunks alone, candidates alone, re-rotated to
     0..n-1, then the question on top of them."""

@@ -178,3 +178,33 @@ def test_eval_script_pieces(tiny_engine):
     ar = lp[lc.BASELINE]
     assert ar == pytest.approx(lp["pcw"], abs=1e-3) and ar[0] != ar[1]
     assert "focus" not in lp                      # the random engine has no FocusLLM parameters
+
+
+def test_long_prompts_reach_the_strategies_that_read_them(tiny_engine, tmp_path, capsys):
+    """The CLI, the Arena and the server check a prompt's length against the context only when no strategy in
+    the run reads longer prompts; `ar` then fails in its own lane, `pcw` answers."""
+    import json
+
+    from paradec.cli import main
+    from paradec.strategies import length_check_engine
+    assert length_check_engine(tiny_engine, ["ar", "pld"]) is tiny_engine
+    assert length_check_engine(tiny_engine, ["ar", "pcw"]) is None
+    assert length_check_engine(tiny_engine, "focus") is None
+    folder = tmp_path / "tiny"
+    tiny_engine.model.save_pretrained(folder)
+    tiny_engine.tokenizer.save_pretrained(folder)
+    prompt = text_of(150, 6) + "\n\nWhat is the pass key? The pass key is"
+    assert len(tiny_engine.encode(Request(prompt=prompt, chat=False))) > 2 * tiny_engine.context_length
+    assert main(["generate", "--model", str(folder), "--strategy", "pcw", "--raw", "--prompt", prompt,
+                 "--max-new-tokens", "5", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert len(res["token_ids"]) == 5
+    assert main(["generate", "--model", str(folder), "--strategy", "ar", "--raw", "--prompt", prompt,
+                 "--max-new-tokens", "5"]) == 2
+    assert "exceed the model's context" in capsys.readouterr().err
+    # the server checks the same way before it queues a request
+    from paradec.server import ApiError, prepare
+    req = Request(prompt=prompt, chat=False, max_new_tokens=4)
+    assert prepare("pcw", req, tiny_engine)[1] > 2 * tiny_engine.context_length
+    with pytest.raises(ApiError, match="exceed the model's context"):
+        prepare("ar", req, tiny_engine)

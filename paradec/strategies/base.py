@@ -113,6 +113,7 @@ class Strategy:
     title: str = ""
     lossless: bool = True
     params: dict[str, Param] = {}
+    accepts_long_prompts: bool = False   # reads prompts longer than the model's context (checks them itself)
 
     def available(self, engine) -> tuple[bool, str]:
         """(usable with this engine, why not + the command that makes it usable)."""
@@ -208,6 +209,18 @@ def get(name: str) -> Strategy:
     if name not in REGISTRY:
         raise RequestError(f"unknown strategy {name!r}; known: {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name]()
+
+
+def length_check_engine(engine, names):
+    """The engine to check a prompt's length against before a run of `names`, or None when one of them reads
+    prompts longer than the context (`pcw`, `focus`): those check it themselves, and any other strategy in the
+    run fails in its own lane with the usual message. Remote engines check on the server."""
+    if getattr(engine, "remote", False):
+        return None
+    from . import load_all
+    load_all()
+    names = [names] if isinstance(names, str) else list(names)
+    return None if any(getattr(REGISTRY.get(n), "accepts_long_prompts", False) for n in names) else engine
 
 
 def u_stream(request: Request) -> UStream | None:

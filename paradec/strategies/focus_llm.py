@@ -7,6 +7,9 @@ tokens of the local context to every chunk and turns the last of them into that 
 (trained q/k/v/o projections at that position only); the local context then attends to the n candidates
 (positions 0..n-1) and to itself, and decodes like `ar`. See `paradec/focus.py` for the model side.
 
+A prompt that fits the context (prompt + max_new_tokens <= context) has no memory: it is decoded by the base
+model alone, token for token `ar`.
+
 Steps: the chunk encoding (one pass, no token); the candidate pass + the local-context pass (two passes,
 the first token); then one token per pass. With `refresh` = k the candidates are recomputed from the newest
 dynamic prompt every k tokens (two more passes each time). Not lossless: the model never sees the memory
@@ -54,9 +57,10 @@ class FocusLLM(Strategy):
     def layout(self, engine, request: Request, dynamic: int) -> dict:
         p = self.resolve_params(request)
         ids = replace(request, params={**request.params, "_long_ok": True}).validate(engine)
-        q0 = question_start(engine, ids, p["question_tokens"])
-        question, memory = ids[q0:], ids[:q0]
         C, M = engine.context_length, request.max_new_tokens
+        # a prompt that fits the context needs no memory: the base model reads it whole, exactly as `ar`
+        q0 = 0 if len(ids) + M <= C else question_start(engine, ids, p["question_tokens"])
+        question, memory = ids[q0:], ids[:q0]
         window = p["window"] or C - dynamic
         if window < 1 or window + dynamic > C:
             raise RequestError(f"focus: window must be between 1 and {C - dynamic} (the context of {C} tokens minus "

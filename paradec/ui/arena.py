@@ -19,7 +19,7 @@ import gradio as gr
 from ..bench import BenchSettings, environment
 from ..metrics import figures as step_figures
 from ..race import Race, first_divergence
-from ..strategies import REGISTRY, Request, RequestError, get, load_all
+from ..strategies import REGISTRY, Request, RequestError, get, length_check_engine, load_all
 
 MAX_COLUMNS = 8
 FRAME_S = 1 / 15            # at most ~15 updates a second
@@ -307,7 +307,7 @@ class Arena:
             params = parse_params(self.param_names, list(param_texts))
             req = Request(prompt=prompt or "", chat=(mode != "raw completion"), max_new_tokens=int(max_new_tokens),
                           temperature=float(temperature), top_p=float(top_p), seed=int(seed))
-            req.validate(None if getattr(self.engine, "remote", False) else self.engine)
+            req.validate(length_check_engine(self.engine, names))
         except RequestError as e:
             raise gr.Error(str(e)) from None
         except (TypeError, ValueError) as e:
