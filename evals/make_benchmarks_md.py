@@ -170,8 +170,8 @@ in `docs/bench/`. Speed-ups are ratios **within one run** (mean tokens/s of the 
 same prompts, same model); never compare absolute tokens/s across sections.
 
 **Machine**: AMD EPYC, 2 cores, no GPU, 24 GiB; torch 2.13.0+cpu, transformers 5.23.0, float32, 1 torch thread.
-**Date**: 2026-11-30. Sections 1, 2 and 5 were run on a quiet machine; the others ran while training jobs shared
-the two cores, so their absolute tokens/s are low and noisy (the ratios inside one run are what to read). No GPU
+**Date**: 2026-11-30. Sections 1, 2, 5, 6 and 7 were run on a quiet machine; the others ran while training jobs
+shared the two cores, so their absolute tokens/s are low and noisy (the ratios inside one run are what to read). No GPU
 was lent to this task: `evals/gpu_check.py` (the tests on CUDA, and `ar` on a random 8B-shaped Llama with its
 memory-bandwidth roofline fraction) is prepared and has not been run.
 
@@ -269,6 +269,8 @@ Goals (≥ 1.33× natural language, ≥ 1.30× code) not met: paradec-tiny is co
 code tokens, so multi-token lexical units hardly exist, while a 4-position pass with the adapter costs about 1.7× a
 1-token pass on one CPU thread.
 
+The same runs in the Dashboard's parameter-sweep chart: ![LUD sweep in the Dashboard](docs/dashboard-sweep.png)
+
 ## 7. Long context: parallel context windows and FocusLLM (issue 9)
 
 `python evals/longcontext_eval.py` (page: [docs/longcontext.md](docs/longcontext.md)); its answers are stored as a
@@ -277,6 +279,8 @@ strategy. Cell: one mark per strategy, in the order of the strategy columns.
 
 {lc_table}
 {lc_summary}
+
+The Dashboard on these stored answers: ![long-context heatmap](docs/dashboard-longcontext.png)
 
 ## 8. Remote engine: SoT through `paradec serve` (issue 10)
 
