@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import random
+import re
 import statistics
 import sys
 import time
@@ -150,9 +151,12 @@ def key_logprobs(engine, req: Request, keys: list[str], which=LOGPROB_STRATEGIES
     if ad is not None:       # focus with its trained parameters (skipped for a model that has none)
         lay = get("focus").layout(engine, req, ad.dynamic)
         n = len(lay["chunks"])
-        _, cc, cm, cn = engine.prefill_batch(lay["chunks"])
-        dyn = torch.tensor(lay["question"][-ad.dynamic:]).expand(n, -1)
-        cache = F.local_cache(engine, F.candidate_pass(engine, ad, cc, cm, cn, dyn))
+        if n:
+            _, cc, cm, cn = engine.prefill_batch(lay["chunks"])
+            dyn = torch.tensor(lay["question"][-ad.dynamic:]).expand(n, -1)
+            cache = F.local_cache(engine, F.candidate_pass(engine, ad, cc, cm, cn, dyn))
+        else:                  # the prompt fits: focus reads it whole, as ar does
+            cache = engine.new_cache()
         out["focus"] = [score(cache, n, lay["question"], n, ks) for ks in key_ids]
     return out
 
@@ -311,6 +315,74 @@ def prefill_cost(engine, window: int, multiples: list[int], repeats: int) -> lis
               f"{full / focus:5.2f}  |  attention kernel "
               f"{k_full * 1000:8.1f} vs {k_pcw * 1000:7.1f} ms  ratio {k_full / k_pcw:5.2f}", flush=True)
     return rows
+
+
+# ------------------------------------------------------------------------------------- section look-up
+SECTION_MAX_NEW = {"section_number": 8, "section_quote": 64}
+
+
+def section_score(item: dict, text: str) -> dict:
+    """section_number: the section's number appears in the answer as a number of its own; section_quote:
+    ROUGE-L F1 of the answer against the section's text (correct when >= 0.5)."""
+    from paradec.quality import rouge_l
+    if item["task"] == "section_number":
+        return {"correct": bool(re.search(rf"(?<!\d){re.escape(item['reference'])}(?!\d)", text or ""))}
+    r = rouge_l(text or "", item["reference"]) or 0.0
+    return {"rouge_l": round(r, 4), "correct": r >= 0.5}
+
+
+def sections(engine, strategies: list[str], store=None, run_id: int | None = None,
+             limit: int | None = None) -> list[dict]:
+    """Every strategy on the suite's section look-up items (a question about one of many documentation
+    sections, the answer a section number or a quote); stored like the passkey answers."""
+    items = [json.loads(line) for line in SUITE.read_text().splitlines() if line.strip()]
+    items = [it for it in items if str(it.get("task", "")).startswith("section_")][:limit]
+    rows = []
+    for it in items:
+        req = Request(prompt=it["prompt"], chat=it.get("chat", True), max_new_tokens=SECTION_MAX_NEW[it["task"]])
+        ids = engine.encode(req)
+        runs = {s: run_strategy(engine, s, req) for s in strategies}
+        score = {s: section_score(it, r["text"]) if not r["error"] else {"correct": False} for s, r in runs.items()}
+        row = {"id": it["id"], "task": it["task"], "approx": it["approx_tokens"], "tokens": len(ids),
+               "n_sections": it["n_sections"], "runs": runs, "score": score}
+        rows.append(row)
+        if store is not None and run_id is not None:
+            for st in strategies:
+                res = runs[st]
+                store.add_result(run_id, item_key=it["id"], category=it["task"].replace("_", "-"), strategy=st,
+                                 prompt=it["prompt"], text=res["text"], n_tokens=res["n_tokens"] or 0,
+                                 e2e_s=res["e2e_s"], ttft_s=res["ttft_s"], tokens_per_s=res["tokens_per_s"],
+                                 quality=score[st], error=res["error"],
+                                 meta={"approx_tokens": it["approx_tokens"], "input_tokens": len(ids),
+                                       "context_length": engine.context_length, "n_sections": it["n_sections"]},
+                                 params=None if st == BASELINE else effective_params(st, {}))
+        print(f"  {it['id']}  {len(ids):5d} tok  {it['task']:15s}  " + "  ".join(
+            f"{s} {'OK ' if score[s]['correct'] else '-- '}{runs[s]['text'][:24]!r:28.28}" for s in strategies),
+            flush=True)
+    return rows
+
+
+def sections_table(rows: list[dict], strategies: list[str]) -> list[str]:
+    if not rows:
+        return []
+    out = ["### Section look-up", "",
+           "A reference document of numbered sections (one per standard-library function or class, its docstring's "
+           "first paragraph), then a question about one section: *number* items ask which section describes a name "
+           "(correct when the number appears in the answer), *quote* items ask for the section's text (mean ROUGE-L "
+           "F1 of the answer against it). max_new_tokens 8 / 64, greedy.", "",
+           "| length (suite) | sections | " + " | ".join(f"{s}: number | {s}: quote ROUGE-L" for s in strategies) + " |",
+           "|---|---|" + "---|---|" * len(strategies)]
+    for n in sorted({r["approx"] for r in rows}):
+        rs = [r for r in rows if r["approx"] == n]
+        num_rows = [r for r in rs if r["task"] == "section_number"]
+        quote_rows = [r for r in rs if r["task"] == "section_quote"]
+        cells = []
+        for s in strategies:
+            cells.append(f"{sum(r['score'][s]['correct'] for r in num_rows)}/{len(num_rows)}")
+            q = [r["score"][s].get("rouge_l", 0.0) for r in quote_rows]
+            cells.append(f"{statistics.mean(q):.3f}" if q else "–")
+        out.append(f"| ~{n} ({n // 512}x) | {rs[0]['n_sections']} | " + " | ".join(cells) + " |")
+    return out
 
 
 # ------------------------------------------------------------------------------------- report
@@ -485,6 +557,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--no-sections", action="store_true", help="skip the section look-up items")
     ap.add_argument("--out", default=str(ROOT / "docs" / "longcontext.md"))
     ap.add_argument("--json", default=None, help="also write the raw rows here")
     ap.add_argument("--db", default=None, help="results store for the answers (SQLAlchemy URL or SQLite file; default "
@@ -511,6 +584,10 @@ def main(argv=None):
     print(f"passkey accuracy ({', '.join(strategies)}):", flush=True)
     try:
         rows, acc_s = accuracy(engine, args.max_new_tokens, args.limit, strategies, store, run_id)
+        sec_rows = []
+        if not args.no_sections:
+            print(f"section look-up ({', '.join(strategies)}):", flush=True)
+            sec_rows = sections(engine, strategies, store, run_id, args.limit)
     except BaseException as e:
         if store is not None:
             store.finish_run(run_id, "interrupted" if isinstance(e, KeyboardInterrupt) else "failed",
@@ -524,6 +601,8 @@ def main(argv=None):
         cost = prefill_cost(engine, args.window or engine.context_length,
                             [int(m) for m in args.multiples.split(",")], args.repeats)
     body = tables(engine, rows, acc_s, cost, args, strategies, skipped) + "\n\n" + reading(rows, cost, strategies)
+    if sec_rows:
+        body += "\n\n" + "\n".join(sections_table(sec_rows, strategies))
     about = {
         "pcw": "`pcw` splits the prompt into a context and a final question, encodes the context as chunks of at "
                "most `window` tokens in one batched forward pass with positions restarting at 0 in each chunk, "
@@ -535,7 +614,7 @@ def main(argv=None):
                  "parameters (`python -m paradec train focus`).",
     }
     doc = "\n".join([
-        "# Long context: passkey accuracy and prefill cost", "",
+        "# Long context: passkey accuracy, section look-up and prefill cost", "",
         "Produced by `python evals/longcontext_eval.py` (rerun it to refresh this page).", "",
         f"- Date: {when}", f"- Machine: {machine()}, device {engine.device}, dtype "
         f"{str(engine.dtype).replace('torch.', '')}", f"- Model: `{model}`",
@@ -552,7 +631,9 @@ def main(argv=None):
     Path(args.out).write_text(doc)
     if args.json:
         raw = [{k: v for k, v in r.items() if k not in ("prompt", "runs")} for r in rows]
-        Path(args.json).write_text(json.dumps({"accuracy": raw, "cost": cost, "model": model, "date": when,
+        sec = [{**{k: v for k, v in r.items() if k != "runs"}, "text": {s: r["runs"][s]["text"] for s in strategies}}
+               for r in sec_rows]
+        Path(args.json).write_text(json.dumps({"accuracy": raw, "sections": sec, "cost": cost, "model": model, "date": when,
                                                "strategies": strategies, "skipped": skipped, "run": run_id},
                                               indent=1, default=str))
     print()

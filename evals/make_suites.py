@@ -10,7 +10,7 @@ Suites (one JSON object per line: id, category, prompt, reference?, chat?, plus 
   docstrings   "What does `module.name` do?"  -> first docstring paragraph
   outlines     "Outline the module `X`."       -> the mechanical numbered outline
   rewrite      input-grounded rewriting (answers copy much of the prompt: prompt-lookup friendly)
-  longcontext  passkey retrieval at ~1k/2k/4k/8k tokens and section look-up in a long document
+  longcontext  passkey retrieval and section look-up in a long document, at ~1k/2k/4k/8k tokens
 """
 from __future__ import annotations
 
@@ -275,8 +275,8 @@ def _member_summaries() -> list[tuple[str, str]]:
 def section_items(rng: random.Random) -> list[dict]:
     summaries = _member_summaries()
     items = []
-    for n_tokens in (2048, 4096):
-        pool = rng.sample(summaries, 400)
+    for n_tokens in (1024, 2048, 4096, 8192):       # 2x, 4x, 8x and 16x the default model's context
+        pool = rng.sample(summaries, min(len(summaries), 800))
         sections, chars = [], 0
         for name, para in pool:
             if chars > n_tokens * 3.7 - 400:     # docstring prose: ~3.7 characters per token

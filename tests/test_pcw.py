@@ -208,3 +208,24 @@ def test_long_prompts_reach_the_strategies_that_read_them(tiny_engine, tmp_path,
     assert prepare("pcw", req, tiny_engine)[1] > 2 * tiny_engine.context_length
     with pytest.raises(ApiError, match="exceed the model's context"):
         prepare("ar", req, tiny_engine)
+
+
+def test_eval_section_lookup_scoring_and_storage(tiny_engine, tmp_path):
+    from evals import longcontext_eval as lc
+    from paradec.store import Store
+    num = {"task": "section_number", "reference": "34"}
+    assert lc.section_score(num, "Section 34.")["correct"] and lc.section_score(num, "34")["correct"]
+    assert not lc.section_score(num, "Section 134 or 341")["correct"]
+    quote = {"task": "section_quote", "reference": "Return the list of the callable attributes"}
+    assert lc.section_score(quote, "return the list of the callable attributes")["rouge_l"] == 1.0
+    assert not lc.section_score(quote, "something else")["correct"]
+    store = Store(tmp_path / "lc.db")
+    rid = store.create_run("longcontext", name="t", model="random-0", strategies=["ar-truncated", "pcw"])
+    rows = lc.sections(tiny_engine, ["ar-truncated", "pcw"], store, rid, limit=2)
+    assert [r["task"] for r in rows] == ["section_number", "section_quote"] and rows[0]["approx"] == 1024
+    assert all(r["tokens"] > tiny_engine.context_length for r in rows)
+    stored = store.get_results(rid)
+    assert sorted((r["category"], r["strategy"]) for r in stored) == sorted(
+        (c, s) for c in ("section-number", "section-quote") for s in ("ar-truncated", "pcw"))
+    table = "\n".join(lc.sections_table(rows, ["ar-truncated", "pcw"]))
+    assert "| ~1024 (2x) |" in table and "pcw: quote ROUGE-L" in table
