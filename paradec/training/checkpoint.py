@@ -1,4 +1,5 @@
-"""Checkpoint files shared by every training command: written atomically, read back whole."""
+"""What every training command shares: checkpoint files (written atomically, read back whole), resuming,
+the optimizer step, the common command-line options, and loading the model to train for."""
 from __future__ import annotations
 
 import os
@@ -42,3 +43,28 @@ def add_run_args(p, what: str, ckpt_every: int, seed: int = 0) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, help="CPU threads for torch")
     p.add_argument("--no-progress", action="store_true")
+
+
+def optimizer_step(loss, params, opt, clip: float = 1.0) -> None:
+    """Backward, clip the gradient norm, step, clear the gradients."""
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def engine_and_out(args, subdir: str):
+    """(engine, output folder) for an adapter trainer's --model/--device/--threads/--out, or (None, why)."""
+    from ..engine import Engine, ModelError, resolve_model
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        engine = Engine.load(args.model, device=args.device, dtype="float32")
+        path, local = resolve_model(args.model)
+    except ModelError as e:
+        return None, str(e)
+    if args.out:
+        return engine, Path(args.out)
+    if local:
+        return engine, Path(path) / subdir
+    return None, "the model is not a local folder; pass --out DIR for the parameters"

@@ -270,10 +270,7 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
             g["lr"] = _lr(state["step"], cfg)
         loss, st = batch_loss(engine, adapter, sample_batch(streams["train"], cfg, rng),
                               candidate_loss=cfg.candidate_loss)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(adapter.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        checkpoint.optimizer_step(loss, adapter.parameters(), opt)
         state["step"] += 1
         now = time.time()
         state["elapsed_s"] += now - t_last
@@ -377,7 +374,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def train_focus_main(argv: list[str]) -> int:
     """`python -m paradec train focus ...` -> exit status."""
-    from ..engine import Engine, ModelError, resolve_model
     args = build_parser().parse_args(argv)
     for name, v, lo in (("--steps", args.steps, 1), ("--dynamic", args.dynamic, 1), ("--queries", args.queries, 1),
                         ("--targets", args.targets, 1), ("--max-chunks", args.max_chunks, 1)):
@@ -394,20 +390,9 @@ def train_focus_main(argv: list[str]) -> int:
         print(f"error: --chunk-sizes must be comma-separated whole numbers above --targets + 2, got {args.chunk_sizes!r}",
               file=sys.stderr)
         return 2
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    try:
-        engine = Engine.load(args.model, device=args.device, dtype="float32")
-        path, local = resolve_model(args.model)
-    except ModelError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if args.out:
-        out = Path(args.out)
-    elif local:
-        out = Path(path) / F.ADAPTER_DIR
-    else:
-        print("error: the model is not a local folder; pass --out DIR for the parameters", file=sys.stderr)
+    engine, out = checkpoint.engine_and_out(args, F.ADAPTER_DIR)
+    if engine is None:
+        print(f"error: {out}", file=sys.stderr)
         return 2
     cfg = FocusTrainConfig(steps=args.steps, dynamic=args.dynamic, queries=args.queries,
                            local=max(args.local, args.dynamic), targets=args.targets, memory=args.memory,

@@ -216,10 +216,7 @@ def train(cfg: TrainConfig, out_dir: Path | None = None, tokenizer_from: Path | 
             g["lr"] = lr_at(step, cfg)
         x = sample_batch(data, cfg, gen)
         loss = model(input_ids=x, labels=x).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        checkpoint.optimizer_step(loss, model.parameters(), opt)
         state["step"] += 1
         now = time.time()
         state["elapsed_s"] += now - t_last

@@ -385,7 +385,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def train_lud_main(argv: list[str]) -> int:
     """`python -m paradec train lud ...` -> exit status."""
-    from ..engine import Engine, ModelError, resolve_model
     args = build_parser().parse_args(argv)
     if args.k < 2:
         print("error: --k must be at least 2 (one real token plus at least one pad slot)", file=sys.stderr)
@@ -393,20 +392,9 @@ def train_lud_main(argv: list[str]) -> int:
     if not 0.0 < args.alpha < 1.0:
         print("error: --alpha must be between 0 and 1", file=sys.stderr)
         return 2
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    try:
-        engine = Engine.load(args.model, device=args.device, dtype="float32")
-        path, local = resolve_model(args.model)
-    except ModelError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if args.out:
-        out = Path(args.out)
-    elif local:
-        out = Path(path) / "lud"
-    else:
-        print("error: the model is not a local folder; pass --out DIR for the parameters", file=sys.stderr)
+    engine, out = checkpoint.engine_and_out(args, "lud")
+    if engine is None:
+        print(f"error: {out}", file=sys.stderr)
         return 2
     cfg = LUDTrainConfig(k=args.k, alpha=args.alpha, steps=args.steps, rank=args.rank, batch=args.batch,
                          window=args.window, cuts=args.cuts, targets=args.targets, lr=args.lr, greedy=args.greedy,
