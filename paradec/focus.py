@@ -11,7 +11,8 @@ chunk's *candidate token*: at that position only, the attention q/k/v/o projecti
 the base projections plus a trainable full-rank delta (zero at initialisation, i.e. new projections
 initialised from the originals); every other position, and everything else (embeddings, MLPs, norms,
 head), is the frozen base model. So the candidate's query decides what to read from its chunk, and its
-keys/values - one per layer per chunk - carry what it found.
+keys/values - one per layer per chunk - carry what it found. (The last layer's q and o deltas are left out
+unless training asks for them: they cannot change a key or value the local context reads.)
 
 Local pass: the candidates' per-layer keys/values form the start of the local context's cache, at
 positions 0..n-1 (their keys are re-rotated from their position in the chunk to these positions: RoPE
