@@ -24,11 +24,10 @@ the server answers 429 at once instead of letting waits grow without bound.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import argparse
 import asyncio
 import collections
+import dataclasses
 import hmac
 import json
 import logging

@@ -211,6 +211,20 @@ def get(name: str) -> Strategy:
     return REGISTRY[name]()
 
 
+def trained_availability(what: str, load, fits, hint: str) -> tuple[bool, str]:
+    """`Strategy.available` for a strategy that needs trained parameters: `load()` gives them or None,
+    `fits(them)` says whether they belong to this model; `hint` is the command that trains them."""
+    try:
+        obj = load()
+    except Exception as e:  # noqa: BLE001 - a broken parameters file: say why
+        return False, f"{what} could not be loaded ({e}); {hint}"
+    if obj is None:
+        return False, hint
+    if not fits(obj):
+        return False, f"{what}: trained for another model; {hint}"
+    return True, ""
+
+
 def length_check_engine(engine, names):
     """The engine to check a prompt's length against before a run of `names`, or None when one of them reads
     prompts longer than the context (`pcw`, `focus`): those check it themselves, and any other strategy in the

@@ -23,7 +23,8 @@ import torch
 
 from .. import focus as F
 from ..sampling import next_tokens
-from .base import Output, Param, Request, RequestError, Step, Strategy, register, u_stream
+from .base import (Output, Param, Request, RequestError, Step, Strategy, register, trained_availability,
+                   u_stream)
 from .parallel_context import plan_chunks, question_start
 
 
@@ -44,15 +45,8 @@ class FocusLLM(Strategy):
     }
 
     def available(self, engine) -> tuple[bool, str]:
-        try:
-            ad = F.adapter_for(engine)
-        except Exception as e:  # noqa: BLE001 - a broken parameters file: say why
-            return False, f"the FocusLLM parameters could not be loaded ({e}); {F.hint(engine)}"
-        if ad is None:
-            return False, F.hint(engine)
-        if not ad.fits(engine.model):
-            return False, f"the FocusLLM parameters were trained for another model; {F.hint(engine)}"
-        return True, ""
+        return trained_availability("the FocusLLM parameters", lambda: F.adapter_for(engine),
+                                    lambda ad: ad.fits(engine.model), F.hint(engine))
 
     def layout(self, engine, request: Request, dynamic: int) -> dict:
         p = self.resolve_params(request)
@@ -75,8 +69,7 @@ class FocusLLM(Strategy):
                 f"focus: {len(chunks)} candidate positions + the question ({len(question)} tokens) + max_new_tokens "
                 f"({M}) exceed the model's context of {C} tokens; raise window or lower question_tokens or "
                 "max_new_tokens")
-        return {"chunks": chunks, "question": question, "window": window, "refresh": p["refresh"],
-                "adapter": p["adapter"]}
+        return {"chunks": chunks, "question": question, "window": window, "refresh": p["refresh"]}
 
     def stream(self, engine, request: Request):
         ad = F.adapter_for(engine, self.resolve_params(request)["adapter"] or None)

@@ -31,7 +31,7 @@ import torch
 from .. import ptp as P
 from .. import verification
 from ..sampling import UStream, pick, process
-from .base import Output, Param, Request, Strategy, register, u_stream
+from .base import Output, Param, Request, Strategy, register, trained_availability, u_stream
 
 # On a CPU a pass costs roughly in proportion to its positions, so the full quadratic layout (block 16: 272
 # positions) loses to `ar`; these defaults keep a pass small. On a GPU a pass of a few hundred positions costs
@@ -86,15 +86,8 @@ class ParallelTokenPrediction(Strategy):
     }
 
     def available(self, engine) -> tuple[bool, str]:
-        try:
-            ad = P.adapter_for(engine)
-        except Exception as e:  # noqa: BLE001 - a broken adapter file: say why
-            return False, f"the PTP adapter could not be loaded ({e}); {P.hint(engine)}"
-        if ad is None:
-            return False, P.hint(engine)
-        if ad.hidden != int(engine.model.config.hidden_size):
-            return False, f"the PTP adapter was trained for another model; {P.hint(engine)}"
-        return True, ""
+        return trained_availability("the PTP adapter", lambda: P.adapter_for(engine),
+                                    lambda ad: ad.hidden == int(engine.model.config.hidden_size), P.hint(engine))
 
     def stream(self, engine, request: Request):
         ids = request.validate(engine)
