@@ -53,11 +53,14 @@ def _lossless(name: str) -> bool:
     return REGISTRY[name].lossless if name in REGISTRY else False
 
 
-def environment(engine, settings: BenchSettings) -> dict:
+def environment(engine, settings: BenchSettings, roofline: dict | None = None) -> dict:
+    """The run's environment; `roofline` is the read-bandwidth probe (`roofline.probe`) taken at its start."""
     import sqlalchemy
     env = engine.describe()
     env.update(python=platform.python_version(), machine=platform.machine(), processor=platform.processor(),
                sqlalchemy=sqlalchemy.__version__, settings=asdict(settings))
+    if roofline:
+        env["roofline"] = roofline
     return env
 
 
@@ -224,6 +227,52 @@ def markdown(rows: list[dict], title: str = "") -> str:
         f"{'–' if r['lossless_mismatches'] is None else r['lossless_mismatches']} | {r['n']} |\n"
         for r in rows)
     return (f"{title}\n\n" if title else "") + head + body
+
+
+def _prompt_tokens(engine, item: BenchItem | None, row, ar_texts: dict) -> int:
+    """Tokens of the context ar's result was decoded after: the prompt, with earlier turns and ar's answers."""
+    chat = item.chat if item is not None else True
+    if item is not None and len(item.turns) > 1:
+        msgs: list[dict] = []
+        for k in range(int(row["turn"])):
+            msgs += [{"role": "user", "content": item.turns[k]},
+                     {"role": "assistant", "content": ar_texts.get((row["item_key"], row["repeat"], k), "")}]
+        msgs.append({"role": "user", "content": row["prompt"] or ""})
+        return len(engine.encode(Request(prompt=row["prompt"] or "", messages=msgs, chat=chat)))
+    return len(engine.encode(Request(prompt=row["prompt"] or "", chat=chat)))
+
+
+def roofline_summary(rf: dict | None, df, engine=None, items: list[BenchItem] | None = None) -> dict | None:
+    """ar's decode rate (1 / TPOT p50) and E2E rate (mean tokens/s) against the read-bandwidth roofline that
+    the run stored in its environment (`rf`, from `roofline.probe`). The KV-cache reads are counted at ar's
+    mean context (prompt tokens + n/2, over ar's results) when the engine can count prompt tokens."""
+    from . import roofline as R
+    if not rf or not rf.get("bandwidth_gbs") or df is None or len(df) == 0:
+        return None
+    d = df[df["strategy"] == "ar"]
+    if "error" in d:
+        d = d[d["error"].isna()]
+    tpot = [t for t in d["tpot_s"].tolist() if t is not None and t == t and t > 0]
+    p50 = summary(tpot)["p50"]
+    decode = 1.0 / p50 if p50 else None
+    e2e = summary([v for v in d["tokens_per_s"].tolist() if v is not None and v == v])["mean"]
+    ctx = None
+    if engine is not None and not getattr(engine, "remote", False) and len(d):
+        by_id = {it.item_id: it for it in items or []}
+        ar_texts = {(r["item_key"], r["repeat"], r["turn"]): r.get("text") or "" for _, r in d.iterrows()}
+        ctxs = [R.mean_context(_prompt_tokens(engine, by_id.get(r["item_key"]), r, ar_texts), int(r["n_tokens"]))
+                for _, r in d.iterrows()]
+        ctx = sum(ctxs) / len(ctxs)
+    kv = rf.get("kv_bytes_per_context_token", 0) * ctx if ctx is not None else 0.0
+    out = R.roofline(rf["bandwidth_gbs"], rf["weight_bytes_per_token"], kv, decode, e2e)
+    out.update(mean_context=ctx, kv_included=ctx is not None, n=len(d))
+    return out
+
+
+def roofline_line(r: dict | None) -> str:
+    """'ar at 71% of the 8.4 tok/s read-bandwidth roofline (16.9 GB/s, 2.01 GB/token …) …'."""
+    from . import roofline as R
+    return R.line(r) if r else "roofline: not measured"
 
 
 def settings_with(settings: BenchSettings, **kw) -> BenchSettings:

@@ -155,6 +155,23 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _roofline_probe(args, engine) -> dict | None:
+    """The read-bandwidth probe a bench run takes once at its start (none with --no-roofline or a remote engine)."""
+    if getattr(args, "no_roofline", False) or getattr(engine, "remote", False):
+        return None
+    from .roofline import probe
+    rf = probe(engine)
+    print(f"read bandwidth {rf['bandwidth_gbs']:.1f} GB/s on {engine.device} ({rf['threads']} threads, "
+          f"{rf['probe_bytes'] / 2**30:.2f} GiB buffer); weights read per token "
+          f"{rf['weight_bytes_per_token'] / 1e6:.1f} MB", file=sys.stderr)
+    return rf
+
+
+def _roofline(args) -> int:
+    from .roofline import main
+    return main(args)
+
+
 def _bench(args) -> int:
     import os
     import json
@@ -175,6 +192,10 @@ def _bench(args) -> int:
         settings = B.BenchSettings(**run["settings"]["bench"])
         items = B.items_from_store(store, run["eval_set_id"])[: run["settings"].get("limit") or None]
         store.resume_run(args.resume)
+        if "roofline" not in (run["environment"] or {}):
+            rf = _roofline_probe(args, engine)
+            if rf:
+                store.update_run(args.resume, environment={**(run["environment"] or {}), "roofline": rf})
         run_id = args.resume
     else:
         strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
@@ -203,7 +224,7 @@ def _bench(args) -> int:
                                    ignore_eos=args.ignore_eos, params=json.loads(args.params or "{}"),
                                    perplexity=not args.no_perplexity and not getattr(engine, "remote", False))
         set_id = store.save_eval_set(es, name=es.name)
-        env = B.environment(engine, settings)
+        env = B.environment(engine, settings, _roofline_probe(args, engine))
         run_id = store.create_run("bench", name=args.name or es.name, model=engine.name, device=str(engine.device),
                                   dtype=env["dtype"], environment=env, strategies=B._ordered(strategies),
                                   settings={"bench": B.asdict(settings), "limit": args.limit}, eval_set_id=set_id)
@@ -225,11 +246,15 @@ def _bench(args) -> int:
         raise SystemExit(f"interrupted; finish it with: python -m paradec bench --resume {run_id}")
     bar.close()
     store.finish_run(run_id, "finished")
-    rows = B.table(store.results_dataframe([run_id]))
+    df = store.results_dataframe([run_id])
+    rows = B.table(df)
+    roof = B.roofline_summary(store.get_run(run_id)["environment"].get("roofline"), df, engine, items)
     if args.json:
-        print(json.dumps({"run": run_id, **res, "table": rows}))
+        print(json.dumps({"run": run_id, **res, "table": rows, "roofline": roof}))
     else:
         print(B.markdown(rows))
+        if roof:
+            print(B.roofline_line(roof))
     if args.markdown:
         env = store.get_run(run_id)["environment"]
         cmd = "python -m paradec " + " ".join(sys.argv[1:]) if sys.argv[0].endswith(("paradec", "__main__.py")) \
@@ -241,7 +266,8 @@ def _bench(args) -> int:
                 f"- model: {env.get('model')} ({env.get('parameters', 0) / 1e6:.1f}M parameters)\n"
                 f"- command: `{cmd}`\n"
                 f"- settings: max_new_tokens {settings.max_new_tokens}, temperature {settings.temperature}, "
-                f"repeats {settings.repeats}, prompts {len(items)}\n")
+                f"repeats {settings.repeats}, prompts {len(items)}\n"
+                + (f"- roofline: {B.roofline_line(roof)}\n" if roof else ""))
         Path(args.markdown).write_text(B.markdown(rows, head))
         print(f"wrote {args.markdown}", file=sys.stderr)
     return 0
@@ -338,9 +364,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true")
     b.add_argument("--markdown", help="write the results table (the BENCHMARKS.md form) to this file")
     b.add_argument("--no-perplexity", action="store_true", help="skip the perplexity pass per result")
+    b.add_argument("--no-roofline", action="store_true", help="skip the memory-read bandwidth probe at the start "
+                   "(and the line comparing ar with the read-bandwidth roofline)")
     _model_args(b)
     _gen_args(b)
     b.set_defaults(func=_bench, max_new_tokens=96)
+
+    rl = sub.add_parser("roofline", help="measure the memory-read bandwidth and the batch-1 decoding roofline")
+    rl.add_argument("--context", type=int, default=128, help="context length for the KV-cache reads")
+    _model_args(rl)
+    rl.set_defaults(func=_roofline)
 
     from .server import add_serve_parser
     add_serve_parser(sub)
