@@ -5,7 +5,9 @@ Accepted files (UTF-8; at most `max_bytes`):
   * JSONL - one object per line: {"prompt": ..., "id"?, "category"?, "reference"?, "chat"?}; other keys are
     kept as the item's `meta`.
   * Spec-Bench / MT-bench questions (JSONL) - {"question_id": .., "category": .., "turns": ["..", ".."],
-    "reference": [..]?}: one item with several user turns.
+    "reference": [..]?}: one item with several user turns. `reference` is one entry per turn (text, null, or a
+    list of acceptable texts, as Spec-Bench gives some turns: [["a source of lumber", "purifying water"]]);
+    every alternative is kept and quality is scored against the best-matching one (paradec.quality).
   * .json - a JSON array of such objects (or JSONL content under a .json name).
 
 Every row-level problem is collected (up to `MAX_ERRORS`) and raised together as one `EvalSetError` whose
@@ -42,13 +44,20 @@ class EvalSetError(ValueError):
         self.filename = filename
 
 
+def alternatives(ref) -> list[str]:
+    """The acceptable answers of one turn's reference, as a list (empty without a reference)."""
+    if ref is None:
+        return []
+    return [ref] if isinstance(ref, str) else [r for r in ref if isinstance(r, str)]
+
+
 @dataclass
 class EvalItem:
     item_id: str
     category: str = DEFAULT_CATEGORY
     turns: list[str] = field(default_factory=list)
-    reference: str | None = None                  # the reference answer to the first turn
-    references: list[str | None] | None = None    # one per turn (None where a turn has none)
+    reference: str | None = None                  # the reference answer to the first turn (its first alternative)
+    references: list | None = None                # one per turn: text, a list of acceptable texts, or None
     chat: bool = True                             # False: run as raw completion (no chat template)
     meta: dict = field(default_factory=dict)      # any other keys of the source row
 
@@ -56,13 +65,15 @@ class EvalItem:
         if self.references is None and self.reference is not None:
             self.references = [self.reference] + [None] * (len(self.turns) - 1)
         elif self.references is not None and self.reference is None:
-            self.reference = self.references[0] if self.references else None
+            first = alternatives(self.references[0]) if self.references else []
+            self.reference = first[0] if first else None
 
     @property
     def prompt(self) -> str:
         return self.turns[0]
 
-    def reference_for(self, turn: int) -> str | None:
+    def reference_for(self, turn: int) -> str | list[str] | None:
+        """The reference of one turn: text, a list of acceptable texts, or None."""
         refs = self.references or []
         return refs[turn] if turn < len(refs) else None
 
@@ -237,6 +248,37 @@ def _text_field(rec: dict, key: str, label: str, errors: list[str]) -> str | Non
     return str(v).strip()
 
 
+def _references(ref, n_turns: int, label: str, errors: list[str]) -> list | None:
+    """`reference` as one entry per turn: text, a list of acceptable texts (two or more; a single one becomes
+    text), or None; None overall when no turn has one. A malformed entry is a row-level error."""
+    if ref is None:
+        return None
+    if isinstance(ref, str):
+        return [ref] + [None] * (n_turns - 1) if ref.strip() else None
+    if not isinstance(ref, list):
+        errors.append(f"{label}: `reference` must be text, or a list with one entry per turn (text, or a list of "
+                      f"acceptable texts), got {type(ref).__name__}")
+        return None
+    if len(ref) > n_turns:
+        errors.append(f"{label}: `reference` has {len(ref)} entries but the item has {n_turns} turn(s); give one "
+                      "entry per turn, and a turn's acceptable answers as a list inside it, e.g. [[\"a\", \"b\"]]")
+        return None
+    out: list = []
+    for t, r in enumerate(ref, 1):
+        if r is None or isinstance(r, str):
+            out.append(r if r is None or r.strip() else None)
+        elif isinstance(r, list) and all(isinstance(x, str) for x in r):
+            alts = [x for x in r if x.strip()]
+            out.append(None if not alts else alts[0] if len(alts) == 1 else alts)
+        else:
+            bad = next((x for x in r if not isinstance(x, str)), None) if isinstance(r, list) else r
+            errors.append(f"{label}: the reference for turn {t} must be text or a list of texts (acceptable "
+                          f"answers), got {type(bad).__name__} {json.dumps(bad)[:40]}")
+            return None
+    out += [None] * (n_turns - len(out))
+    return out if any(r is not None for r in out) else None
+
+
 def _item(label: str, rec, position: int, errors: list[str]) -> EvalItem | None:
     if not isinstance(rec, dict):
         errors.append(f"{label}: expected a JSON object with a `prompt`, got {type(rec).__name__}")
@@ -278,17 +320,8 @@ def _item(label: str, rec, position: int, errors: list[str]) -> EvalItem | None:
         return None
     category = _text_field(rec, "category", label, errors) or DEFAULT_CATEGORY
     # references
-    ref = rec.get("reference")
-    references: list[str | None] | None = None
-    if isinstance(ref, str):
-        references = [ref] + [None] * (len(turns) - 1) if ref.strip() else None
-    elif isinstance(ref, list):
-        if len(ref) > len(turns) or not all(r is None or isinstance(r, str) for r in ref):
-            errors.append(f"{label}: `reference` must be text, or a list of at most {len(turns)} texts (one per turn)")
-            return None
-        references = list(ref) + [None] * (len(turns) - len(ref)) if ref else None
-    elif ref is not None:
-        errors.append(f"{label}: `reference` must be text, got {type(ref).__name__}")
+    references = _references(rec.get("reference"), len(turns), label, errors)
+    if len(errors) > n_err:
         return None
     # chat / raw completion
     chat = rec.get("chat", True)

@@ -10,11 +10,16 @@
 * `quality_row(...)` - the dict stored in results.quality.
 
 Metrics that have nothing to compare return None (no reference, empty output for perplexity).
+
+A reference may be one text or a list of acceptable texts (Spec-Bench gives some turns several): ROUGE-L is the
+best over the alternatives, BLEU is taken against that best-matching alternative (the highest ROUGE-L; the first
+on a tie), and `contains` holds when any alternative occurs in the candidate.
 """
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from functools import lru_cache
 
 _WORD = re.compile(r"[^\W_]+")
@@ -34,17 +39,46 @@ def _scorer():
     return rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False, tokenizer=_Tokenizer())
 
 
-def rouge_l(candidate: str | None, reference: str | None) -> float | None:
-    """ROUGE-L F1 of candidate against reference, in [0, 1]; None without a reference."""
-    if reference is None or candidate is None:
-        return None
+Reference = str | Sequence[str] | None      # one text, or the acceptable alternatives
+
+
+def alternatives(reference: Reference) -> list[str]:
+    """The reference as a list of acceptable texts (empty without one)."""
+    if reference is None:
+        return []
+    if isinstance(reference, str):
+        return [reference]
+    return [r for r in reference if isinstance(r, str)]
+
+
+def _rouge_one(candidate: str, reference: str) -> float:
     if not _Tokenizer.tokenize(candidate) and not _Tokenizer.tokenize(reference):
         return float(candidate.strip() == reference.strip())
     return float(_scorer().score(reference, candidate)["rougeL"].fmeasure)
 
 
-def bleu(candidate: str | None, reference: str | None) -> float | None:
-    """Sentence BLEU (sacrebleu), 0..100; None without a reference."""
+def best_reference(candidate: str | None, reference: Reference) -> str | None:
+    """The alternative with the highest ROUGE-L against candidate (the first on a tie); None without one."""
+    alts = alternatives(reference)
+    if candidate is None or not alts:
+        return None
+    if len(alts) == 1:
+        return alts[0]
+    scores = [_rouge_one(candidate, a) for a in alts]
+    return alts[scores.index(max(scores))]
+
+
+def rouge_l(candidate: str | None, reference: Reference) -> float | None:
+    """ROUGE-L F1 of candidate against reference (the best over its alternatives), in [0, 1]; None without one."""
+    alts = alternatives(reference)
+    if candidate is None or not alts:
+        return None
+    return max(_rouge_one(candidate, a) for a in alts)
+
+
+def bleu(candidate: str | None, reference: Reference) -> float | None:
+    """Sentence BLEU (sacrebleu), 0..100, against the best-matching alternative; None without a reference."""
+    reference = best_reference(candidate, reference)
     if reference is None or candidate is None:
         return None
     if not candidate.strip() or not reference.strip():
@@ -69,11 +103,12 @@ def first_mismatch(ids, ref_ids) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def contains(candidate: str | None, reference: str | None) -> float | None:
-    """1.0 if the reference text occurs in the candidate (passkey retrieval, short answers)."""
-    if reference is None or candidate is None or not reference.strip():
+def contains(candidate: str | None, reference: Reference) -> float | None:
+    """1.0 if the reference text (any alternative) occurs in the candidate (passkey retrieval, short answers)."""
+    alts = [a.strip() for a in alternatives(reference) if a.strip()]
+    if candidate is None or not alts:
         return None
-    return float(reference.strip() in candidate)
+    return float(any(a in candidate for a in alts))
 
 
 def perplexity(engine, prompt_ids, output_ids) -> float | None:
@@ -108,9 +143,9 @@ def perplexity(engine, prompt_ids, output_ids) -> float | None:
 
 
 def quality_row(text: str, token_ids=None, *, ar_text: str | None = None, ar_ids=None,
-                reference: str | None = None) -> dict:
-    """The quality dict stored with a result: agreement with autoregressive output and with the reference.
-    Keys whose comparison is missing are left out."""
+                reference: Reference = None) -> dict:
+    """The quality dict stored with a result: agreement with autoregressive output and with the reference (the
+    best-matching alternative where there are several). Keys whose comparison is missing are left out."""
     q = {"exact_match": exact_match(token_ids, ar_ids) if token_ids is not None else None,
          "rouge_l_vs_ar": rouge_l(text, ar_text), "bleu_vs_ar": bleu(text, ar_text),
          "rouge_l_vs_ref": rouge_l(text, reference), "bleu_vs_ref": bleu(text, reference),

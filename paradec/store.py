@@ -515,7 +515,8 @@ class Store:
             refs = list(it.references) if getattr(it, "references", None) else None
             row.items.append(EvalItemRow(
                 position=pos, item_id=str(it.item_id), category=it.category or "general",
-                prompt=it.turns[0], turns=list(it.turns), reference=refs[0] if refs else None,
+                prompt=it.turns[0], turns=list(it.turns),
+                reference=getattr(it, "reference", None) if refs else None,     # text: a turn may list alternatives
                 references=refs if refs and any(r is not None for r in refs) else None,
                 chat=bool(getattr(it, "chat", True)), meta=getattr(it, "meta", None) or None))
         with self.session() as s:

@@ -187,6 +187,63 @@ def test_specbench_questions(store, tmp_path):
     refused(store, b'{"question_id": 1, "turns": ["a", " "]}\n', "q.jsonl", "line 1", "turn 2 is an empty prompt")
 
 
+# Spec-Bench's question file gives some turns a list of acceptable references
+SPECBENCH_ALTERNATIVES = [
+    {"question_id": 81, "category": "qa", "turns": ["What are trees useful for?"],
+     "reference": [["a source of lumber", "purifying water", "shade in summer"]]},
+    {"question_id": 82, "category": "math", "turns": ["Name a prime number.", "Name the even prime."],
+     "reference": [["2", "3", "5", "7"], "2"]},
+    {"question_id": 83, "category": "writing", "turns": ["Write a title.", "Shorten it."],
+     "reference": [None, ["Trees", "  ", "Forests"]]},
+    {"question_id": 84, "category": "qa", "turns": ["Capital of France?"], "reference": [["Paris"]]},
+]
+
+
+def test_specbench_reference_lists_load_store_and_score_against_the_best(store, tmp_path):
+    from paradec import bench as B
+    from paradec import quality
+    p = tmp_path / "question.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in SPECBENCH_ALTERNATIVES), encoding="utf-8")
+    s = load_eval_set(p)                             # loads whole: no row is rejected
+    assert [i.item_id for i in s.items] == ["81", "82", "83", "84"]
+    trees, primes, titles, paris = s.items
+    assert trees.reference_for(0) == ["a source of lumber", "purifying water", "shade in summer"]
+    assert trees.reference == "a source of lumber"   # text: the first alternative of the first turn
+    assert primes.references == [["2", "3", "5", "7"], "2"]
+    assert titles.references == [None, ["Trees", "Forests"]] and titles.reference is None   # blanks dropped
+    assert paris.references == ["Paris"]             # a single alternative is plain text
+    # stored and read back with every alternative, as the benchmark reads it
+    sid = store.save_eval_set(s)
+    rows = store.get_eval_set_items(sid)
+    assert rows[0]["reference"] == "a source of lumber" and rows[0]["references"] == trees.references
+    assert [i.references for i in store.load_eval_set(sid).items] == [i.references for i in s.items]
+    item = B.items_from_store(store, sid)[0]
+    ref = item.reference_for(0)
+    assert ref == trees.reference_for(0)
+    # scored against the best-matching alternative, not the first
+    answer = "Trees are good for purifying water."
+    assert quality.rouge_l(answer, ref) == quality.rouge_l(answer, "purifying water")
+    assert quality.rouge_l(answer, ref) > quality.rouge_l(answer, "a source of lumber") + 0.3
+    q = quality.quality_row(answer, reference=ref)
+    assert q["rouge_l_vs_ref"] == quality.rouge_l(answer, "purifying water")
+    assert q["bleu_vs_ref"] == quality.bleu(answer, "purifying water") and q["contains_ref"] == 1.0
+
+
+def test_malformed_reference_entries_are_row_errors(store):
+    bad = (b'{"question_id": 1, "turns": ["a"], "reference": [[1, "x"]]}\n'
+           b'{"question_id": 2, "turns": ["b"], "reference": [{"text": "y"}]}\n'
+           b'{"question_id": 3, "turns": ["c"], "reference": [[["nested"]]]}\n'
+           b'{"question_id": 4, "turns": ["d"], "reference": ["ok"]}\n')
+    err = refused(store, bad, "q.jsonl", "3 problems", "line 1", "reference for turn 1 must be text or a list "
+                  "of texts", "got int")
+    assert [e.split(":")[0] for e in err.errors] == ["line 1", "line 2", "line 3"]
+    assert "got dict" in err.errors[1] and "got list" in err.errors[2]
+    refused(store, b'{"turns": ["a", "b"], "reference": ["x", ["y"], "z"]}\n', "q.jsonl", "line 1",
+            "3 entries", "2 turn(s)")
+    refused(store, b'{"prompt": "x", "reference": {"a": 1}}\n', "r.jsonl", "line 1", "`reference` must be text",
+            "got dict")
+
+
 def test_samples_load():
     for name, fmt in (("sample.csv", "csv"), ("sample.jsonl", "jsonl"), ("question.jsonl", "specbench")):
         s = load_eval_set(evalsets.SAMPLES_DIR / name)

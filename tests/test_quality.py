@@ -4,7 +4,8 @@ import math
 import pytest
 import torch
 
-from paradec.quality import bleu, contains, exact_match, first_mismatch, perplexity, quality_row, rouge_l
+from paradec.quality import (alternatives, best_reference, bleu, contains, exact_match, first_mismatch, perplexity,
+                             quality_row, rouge_l)
 
 REF = "Return a new list containing all items from the iterable in ascending order."
 
@@ -49,6 +50,25 @@ def test_contains_and_quality_row():
     assert q["rouge_l_vs_ref"] == 0.0 and q["contains_ref"] == 0.0 and "first_mismatch" not in q
     q = quality_row("the cat ran", [1, 2, 9], ar_text="the cat sat", ar_ids=[1, 2, 3])
     assert q["exact_match"] == 0.0 and q["first_mismatch"] == 2 and "rouge_l_vs_ref" not in q
+
+
+def test_a_list_of_references_scores_against_the_best_match():
+    """Spec-Bench lists acceptable answers per turn: each metric uses the best-matching one, wherever it is."""
+    refs = ["a source of lumber", "purifying water", "shade in summer"]
+    answer = "Trees help by purifying water."
+    assert best_reference(answer, refs) == "purifying water"
+    assert rouge_l(answer, refs) == rouge_l(answer, "purifying water") > rouge_l(answer, refs[0])
+    assert bleu(answer, refs) == bleu(answer, "purifying water")
+    assert contains("it gives shade in summer", refs) == 1.0 and contains("nothing", refs) == 0.0
+    q = quality_row(answer, reference=refs)
+    assert q["rouge_l_vs_ref"] == rouge_l(answer, "purifying water")
+    # the order of the alternatives does not matter; a tie goes to the first; one alternative is plain text
+    assert rouge_l(answer, list(reversed(refs))) == rouge_l(answer, refs)
+    assert best_reference("zzz", refs) == refs[0] and best_reference(answer, ["only"]) == "only"
+    assert rouge_l(answer, ("purifying water",)) == rouge_l(answer, "purifying water")
+    assert alternatives(None) == [] and alternatives("x") == ["x"] and alternatives(("a", None, "b")) == ["a", "b"]
+    assert rouge_l(answer, []) is None and bleu(answer, []) is None and contains(answer, []) is None
+    assert best_reference(None, refs) is None
 
 
 def test_perplexity(tiny_engine):
