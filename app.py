@@ -74,7 +74,7 @@ def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = 7860, au
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python app.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", help="local model folder or hub id (default: data/models/paradec-tiny)")
+    p.add_argument("--model", help="local model folder, hub id, or paradec-tiny (default: Qwen2.5-Coder-0.5B-Instruct, provisioned on first use)")
     p.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU), cpu, cuda, mps")
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
     p.add_argument("--db", help="SQLAlchemy URL or SQLite file (default $PARADEC_DB or data/paradec.db)")

@@ -1,4 +1,4 @@
-"""`python -m paradec`: generate, strategies, bench, serve and train."""
+"""`python -m paradec`: model, generate, race, strategies, bench, serve and train."""
 from __future__ import annotations
 
 import argparse
@@ -54,9 +54,11 @@ def _train(args) -> int:
 
 
 def _model_args(p):
-    p.add_argument("--model", help="local model folder or hub id (default: the shipped paradec-tiny)")
+    p.add_argument("--model", help="local model folder, hub id, or paradec-tiny (default: Qwen2.5-Coder-0.5B-Instruct, "
+                   "provisioned on first use)")
     p.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:1, mps")
-    p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 otherwise), float32, bfloat16, float16")
+    p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA and on CPUs with native bf16 matrix support, "
+                   "fp32 otherwise), float32, bfloat16, float16")
     p.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model folder")
     p.add_argument("--engine", metavar="URL", help="use a remote engine: `paradec serve` or any OpenAI-compatible "
                    "server (vLLM, SGLang, TGI); timings are then taken client-side")
@@ -320,6 +322,8 @@ def _strategies(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m paradec", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("model", help="provision the default model (`model setup`), print its folder (`model path`), "
+                                 "measure it (`model measure`)", add_help=False)
     t = sub.add_parser("train", help="train the default model, its draft, the SoT router; `train ptp|lud|focus --help` "
                                      "for the PTP, LUD and FocusLLM parameters")
     t.add_argument("what", choices=["default", "draft", "smoke", "router", "card"])
@@ -388,6 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     import httpx
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["model"]:               # provisioning owns its command line
+        from .provision import main as model_main
+        return model_main(argv[1:])
     if argv[:2] == ["train", "ptp"]:        # the PTP and LUD trainers own their command lines
         from .training.ptp_train import train_ptp_main
         return train_ptp_main(argv[2:])

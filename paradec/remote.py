@@ -341,11 +341,11 @@ class RemoteEngine:
             yield held
 
     def _sot(self, request: Request, cancel=None) -> Iterator[Step]:
-        from .strategies.skeleton import (SkeletonOfThought, TEMPLATES, fallback_steps, parse_skeleton, point_budgets,
+        from .strategies.skeleton import (SkeletonOfThought, fallback_steps, template_for, parse_skeleton, point_budgets,
                                           point_prefix, point_seed, render_skeleton, skeleton_prefix,
                                           split_question)
         p = SkeletonOfThought().resolve_params(request)
-        tpl = TEMPLATES[p["template"]]
+        tpl = template_for(p, self)
         history, question = split_question(request)
         plain = dataclasses.replace(request, stop=[], assistant_prefix="", params={}, chat=True)
         cancel = cancel or threading.Event()

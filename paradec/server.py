@@ -498,9 +498,9 @@ def create_app(engine, *, token: str | None = None, max_queue: int = 16, step_de
 
 # ---------------------------------------------------------------------------------------------- CLI
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--model", help="local model folder or hub id (default: the shipped paradec-tiny)")
+    p.add_argument("--model", help="local model folder, hub id, or paradec-tiny (default: Qwen2.5-Coder-0.5B-Instruct)")
     p.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:1, mps")
-    p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 otherwise), float32, bfloat16, float16")
+    p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA and on CPUs with native bf16 matrix support, fp32 otherwise), float32, bfloat16, float16")
     p.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model folder")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)

@@ -9,7 +9,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT = ROOT / "data" / "models" / "paradec-tiny"
+TINY = ROOT / "data" / "models" / "paradec-tiny"          # the small shipped model, --model paradec-tiny
 DRAFT = ROOT / "data" / "models" / "paradec-tiny-draft"
 
 
@@ -24,5 +24,14 @@ def tiny_engine():
 
 @pytest.fixture(scope="session")
 def default_engine():
+    """The real default model (Qwen2.5-Coder-0.5B-Instruct), loaded as a user's first run does: no name given, so
+    it is provisioned from the installed part packages on first use (once per machine; later sessions reuse it)."""
     from paradec.engine import Engine
-    return Engine.load(str(DEFAULT))
+    return Engine.load(None)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_engine():
+    """paradec-tiny, the small model trained here (selectable by name): for tests that need many model calls."""
+    from paradec.engine import Engine
+    return Engine.load("paradec-tiny")

@@ -1,4 +1,6 @@
-"""The autoregressive baseline on the shipped default model: equal to transformers' generate, seeded sampling."""
+"""The autoregressive baseline: on the real default model (Qwen2.5-Coder-0.5B-Instruct) equal to transformers'
+generate token for token on varied prompts, stopping at the chat turn's end; seeded sampling and the sampled
+distribution on paradec-tiny (hundreds of calls)."""
 import math
 from collections import Counter
 
@@ -7,7 +9,18 @@ import torch
 from paradec import sampling
 from paradec.strategies import Request, get
 
+# varied on purpose: code, explanation, translation, arithmetic, a list, an edit, raw completions
 PROMPTS = [
+    ("Write a Python function that checks whether a string is a palindrome.", True),
+    ("Explain in two sentences what a context manager is in Python.", True),
+    ("Translate into French: The library is closed on Sundays.", True),
+    ("A train travels 120 km in 1.5 hours. What is its average speed? Answer briefly.", True),
+    ("Give three tips for writing good commit messages.", True),
+    ("Rename the variable x to total in this code:\nx = 0\nfor v in values:\n    x += v\nprint(x)", True),
+    ("def read_lines(path):\n    \"\"\"Return the lines of a text file.\"\"\"\n", False),
+    ("import sys\n\n\ndef main(argv):\n", False),
+]
+TINY_PROMPTS = [
     ("What does `json.dumps` do?", True),
     ("Outline the module `string`.", True),
     ("What does `os.path.join` do?", True),
@@ -25,7 +38,20 @@ def ids_of(engine, name, req):
 
 def test_greedy_ar_equals_transformers_generate(default_engine):
     e = default_engine
+    assert e.name == "qwen2.5-coder-0.5b-instruct" and e.vocab_size == 151936
     for prompt, chat in PROMPTS:
+        req = Request(prompt=prompt, chat=chat, max_new_tokens=32, ignore_eos=True)
+        ours = ids_of(e, "ar", req)
+        x = torch.tensor([e.encode(req)])
+        with torch.inference_mode():
+            ref = e.model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,
+                                   max_new_tokens=32, min_new_tokens=32, eos_token_id=None, pad_token_id=e.pad_id)
+        assert ours == ref[0, x.shape[1]:].tolist(), prompt
+
+
+def test_greedy_ar_equals_generate_on_paradec_tiny(tiny_model_engine):
+    e = tiny_model_engine
+    for prompt, chat in TINY_PROMPTS:
         req = Request(prompt=prompt, chat=chat, max_new_tokens=48, ignore_eos=True)
         ours = ids_of(e, "ar", req)
         x = torch.tensor([e.encode(req)])
@@ -35,8 +61,21 @@ def test_greedy_ar_equals_transformers_generate(default_engine):
         assert ours == ref[0, x.shape[1]:].tolist(), prompt
 
 
-def test_eos_stops_and_text_matches_ids(default_engine):
+def test_default_model_stops_at_the_end_of_its_turn(default_engine):
+    """`<|im_end|>` ends the chat turn: ar and hf-generate stop there, with the same tokens, and say eos."""
     e = default_engine
+    im_end = e.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert im_end in e.eos_ids and e.tokenizer.convert_tokens_to_ids("<|endoftext|>") in e.eos_ids
+    req = Request(prompt="Reply with one word: what colour is a clear daytime sky?", max_new_tokens=24)
+    steps = list(get("ar").stream(e, req))
+    ids = [t for s in steps for t in s.token_ids]
+    assert steps[-1].finish_reason == "eos" and 1 <= len(ids) < 24 and im_end not in ids
+    assert "blue" in "".join(s.text for s in steps).lower()
+    assert ids_of(e, "hf-generate", req) == ids
+
+
+def test_eos_stops_and_text_matches_ids(tiny_model_engine):
+    e = tiny_model_engine
     req = Request(prompt="What does `json.dumps` do?", max_new_tokens=200)
     steps = list(get("ar").stream(e, req))
     ids = [t for s in steps for t in s.token_ids]
@@ -46,22 +85,22 @@ def test_eos_stops_and_text_matches_ids(default_engine):
     assert sum(s.forward_passes for s in steps) == len(ids) + (1 if steps[-1].finish_reason == "eos" else 0)
 
 
-def test_stop_string(default_engine):
+def test_stop_string(tiny_model_engine):
     req = Request(prompt="Outline the module `string`.", max_new_tokens=80, stop=["\n"])
-    text = "".join(s.text for s in get("ar").stream(default_engine, req))
+    text = "".join(s.text for s in get("ar").stream(tiny_model_engine, req))
     assert "\n" not in text
 
 
-def test_seeded_sampling_reproducible(default_engine):
+def test_seeded_sampling_reproducible(tiny_model_engine):
     req = Request(prompt="Outline the module `os`.", max_new_tokens=30, temperature=0.9, top_p=0.95, seed=11)
-    a, b = ids_of(default_engine, "ar", req), ids_of(default_engine, "ar", req)
-    c = ids_of(default_engine, "ar", Request(**{**req.__dict__, "seed": 12}))
+    a, b = ids_of(tiny_model_engine, "ar", req), ids_of(tiny_model_engine, "ar", req)
+    c = ids_of(tiny_model_engine, "ar", Request(**{**req.__dict__, "seed": 12}))
     assert a == b and a != c
 
 
-def test_sampling_follows_processed_distribution(default_engine):
+def test_sampling_follows_processed_distribution(tiny_model_engine):
     """First token over many seeds against the exact processed probabilities (chi-square, 5 bins + rest)."""
-    e = default_engine
+    e = tiny_model_engine
     sp = sampling.SamplingParams(temperature=1.0, top_k=6)
     base = Request(prompt="def ", chat=False, max_new_tokens=1, temperature=1.0, top_k=6, ignore_eos=True)
     probs = sampling.process(e.forward(e.encode(base), e.new_cache())[0, -1], sp)
@@ -83,12 +122,12 @@ def test_cli_reaches_the_default_model_offline():
 
     from conftest import ROOT
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": "/nonexistent-hf-home"}
-    p = subprocess.run([sys.executable, "-m", "paradec", "generate", "--prompt", "Outline the module `json`.",
+    p = subprocess.run([sys.executable, "-m", "paradec", "generate", "--prompt", "What does `json.dumps` do?",
                         "--max-new-tokens", "12", "--json"], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
-    assert out["model"] == "paradec-tiny" and 1 <= out["tokens"] <= 12 and out["tokens_per_pass"] <= 1.0
+    assert out["model"] == "qwen2.5-coder-0.5b-instruct" and 1 <= out["tokens"] <= 12 and out["tokens_per_pass"] <= 1.0
     for key in ("text", "token_ids", "forward_passes", "draft_passes", "ttft_s", "e2e_s", "tokens_per_s"):
         assert key in out
 
@@ -96,7 +135,7 @@ def test_cli_reaches_the_default_model_offline():
 def test_shipped_models_have_cards_and_figures():
     import json
 
-    from conftest import DEFAULT, DRAFT
+    from conftest import DRAFT, TINY as DEFAULT
     for d in (DEFAULT, DRAFT):
         s = json.loads((d / "training_summary.json").read_text())
         card = (d / "README.md").read_text()

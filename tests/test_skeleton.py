@@ -8,7 +8,7 @@ from paradec import router as R
 from paradec.sampling import UStream, next_tokens
 from paradec.strategies import Request, get
 from paradec.strategies.base import Output
-from paradec.strategies.skeleton import (TEMPLATES, expand_points, parse_skeleton, point_budgets, point_prefix,
+from paradec.strategies.skeleton import (template_for, expand_points, parse_skeleton, point_budgets, point_prefix,
                                          point_seed, render_skeleton, shared_prefix_len, sot_history)
 
 QUESTION = "Outline the module `json`."
@@ -21,8 +21,8 @@ def run(engine, name, request):
     return list(get(name).stream(engine, request))
 
 
-def expansion_prompts(engine, points, template="paradec-tiny", question=QUESTION):
-    tpl = TEMPLATES[template]
+def expansion_prompts(engine, points, template="auto", question=QUESTION):
+    tpl = template_for({"template": template}, engine)
     sk = render_skeleton(points)
     return [engine.encode_messages(tpl.expansion_messages([], question, sk, b), point_prefix(b, p))
             for b, p in enumerate(points, 1)]
@@ -331,10 +331,10 @@ def test_unknown_template_is_rejected(tiny_engine):
 # ------------------------------------------------------------------------------------------- shipped model
 @pytest.mark.skipif(not (R.ROOT / "data" / "models" / "paradec-tiny" / "config.json").exists(),
                     reason="the shipped model data/models/paradec-tiny is not trained yet")
-def test_default_model_outline_end_to_end(default_engine):
-    """The default model writes a skeleton for a held-out module; points expand in one batch, exactly."""
+def test_default_model_outline_end_to_end(tiny_model_engine):
+    """paradec-tiny writes a skeleton for a held-out module; points expand in one batch, exactly."""
     from paradec.training.corpus import is_held_out
-    e = default_engine
+    e = tiny_model_engine
     module = "difflib"            # held out of training, and it has a 10-point outline in the corpus
     assert is_held_out(module)
     req = Request(prompt=f"Outline the module `{module}`.", max_new_tokens=160, params={"point_max_tokens": 40})

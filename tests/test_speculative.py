@@ -5,6 +5,7 @@ token; `pld` and `lookahead` must also equal `ar` under sampling with the same s
 `sps` sampling is checked statistically against the target's exact probabilities.
 """
 import copy
+import dataclasses
 import random
 
 import pytest
@@ -366,7 +367,7 @@ def test_draft_model_loading_and_availability(target, tmp_path, monkeypatch):
     sps = get("sps")
     bare = copy.copy(target)
     bare.extras = {}
-    monkeypatch.setattr(speculative, "DEFAULT_DRAFT", tmp_path / "no-draft-here")
+    bare.profile = dataclasses.replace(bare.profile, draft=tmp_path / "no-draft-here")
     assert sps.available(bare) == (False, "train it: python -m paradec train draft")
     with pytest.raises(ModelError, match="python -m paradec train draft"):
         list(sps.stream(bare, Request(prompt="hi")))
@@ -381,7 +382,7 @@ def test_draft_model_loading_and_availability(target, tmp_path, monkeypatch):
     loaded = bare.extras["drafts"][str(tmp_path / "d")]
     assert speculative.draft_model(bare, Request(prompt="x", params={"draft": str(tmp_path / "d")})) is loaded
     # the shipped draft location, when present, is loaded into engine.extras['draft']
-    monkeypatch.setattr(speculative, "DEFAULT_DRAFT", tmp_path / "d")
+    bare.profile = dataclasses.replace(bare.profile, draft=tmp_path / "d")
     assert sps.available(bare) == (True, "")
     assert bare.extras["draft"].name == "d"
     # a draft with another tokenizer is refused with the reason

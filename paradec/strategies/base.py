@@ -119,14 +119,18 @@ class Strategy:
         """(usable with this engine, why not + the command that makes it usable)."""
         return True, ""
 
-    def resolve_params(self, request: Request) -> dict:
+    def resolve_params(self, request: Request, engine=None) -> dict:
+        """The request's parameters, checked, over the defaults (the engine's model profile may override a
+        parameter's default, e.g. the SoT prompt style)."""
         out = {}
+        profile = getattr(engine, "profile", None)
+        defaults = profile.defaults_for(self.name) if profile is not None else {}
         unknown = set(k for k in request.params if not k.startswith("_")) - set(self.params)
         if unknown:
             raise RequestError(f"{self.name}: unknown parameter(s) {', '.join(sorted(unknown))}; "
                                f"known: {', '.join(self.params) or 'none'}")
         for k, p in self.params.items():
-            v = request.params.get(k, p.default)
+            v = request.params.get(k, defaults.get(k, p.default))
             if p.kind is bool:
                 if not isinstance(v, bool):
                     raise RequestError(f"{self.name}: {k} must be true or false, got {v!r}")

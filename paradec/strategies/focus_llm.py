@@ -49,7 +49,7 @@ class FocusLLM(Strategy):
                                     lambda ad: ad.fits(engine.model), F.hint(engine))
 
     def layout(self, engine, request: Request, dynamic: int) -> dict:
-        p = self.resolve_params(request)
+        p = self.resolve_params(request, engine)
         ids = replace(request, params={**request.params, "_long_ok": True}).validate(engine)
         C, M = engine.context_length, request.max_new_tokens
         # a prompt that fits the context needs no memory: the base model reads it whole, exactly as `ar`
@@ -72,7 +72,7 @@ class FocusLLM(Strategy):
         return {"chunks": chunks, "question": question, "window": window, "refresh": p["refresh"]}
 
     def stream(self, engine, request: Request):
-        ad = F.adapter_for(engine, self.resolve_params(request)["adapter"] or None)
+        ad = F.adapter_for(engine, self.resolve_params(request, engine)["adapter"] or None)
         if ad is None:
             raise FileNotFoundError(f"no FocusLLM parameters for {engine.name}: {F.hint(engine)}")
         if not ad.fits(engine.model):

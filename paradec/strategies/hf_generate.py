@@ -16,8 +16,9 @@ class HFGenerate(Strategy):
 
     def stream(self, engine, request: Request):
         ids = request.validate(engine)
-        p = self.resolve_params(request)
-        kw = dict(max_new_tokens=request.max_new_tokens, pad_token_id=engine.pad_id)
+        p = self.resolve_params(request, engine)
+        # the same stop tokens as every other strategy (the model profile's, not only the generation config's)
+        kw = dict(max_new_tokens=request.max_new_tokens, pad_token_id=engine.pad_id, eos_token_id=sorted(engine.eos_ids))
         if request.sampling.greedy:
             kw.update(do_sample=False)
         else:

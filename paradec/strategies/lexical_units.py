@@ -50,7 +50,7 @@ class LexicalUnits(Strategy):
         return False, TRAIN_HINT.replace("<path>", str(getattr(engine.model.config, "_name_or_path", "") or "<path>"))
 
     def stream(self, engine, request: Request):
-        p = self.resolve_params(request)
+        p = self.resolve_params(request, engine)
         ids = request.validate(engine)
         try:
             adapter = adapter_for(engine, p["adapter"] or None)

@@ -113,7 +113,7 @@ class Lookahead(Strategy):
 
     def stream(self, engine, request: Request):
         ids = request.validate(engine)
-        p = self.resolve_params(request)
+        p = self.resolve_params(request, engine)
         W, N, G = p["window"], p["ngram"], p["candidates"]
         sp, us = request.sampling, u_stream(request)
         out = Output(engine, request)

@@ -108,7 +108,7 @@ class ParallelContextWindows(Strategy):
 
     def layout(self, engine, request: Request) -> dict:
         """Validate the request and plan the chunks: {'ids', 'chunks', 'question', 'shared', 'window'}."""
-        p = self.resolve_params(request)
+        p = self.resolve_params(request, engine)
         ids = replace(request, params={**request.params, "_long_ok": True}).validate(engine)
         q0 = question_start(engine, ids, p["question_tokens"])
         question, context = ids[q0:], ids[:q0]

@@ -80,7 +80,7 @@ class PromptLookup(Strategy):
 
     def stream(self, engine, request: Request):
         ids = request.validate(engine)
-        p = self.resolve_params(request)
+        p = self.resolve_params(request, engine)
         sp, us = request.sampling, u_stream(request)
         out = Output(engine, request)
         seq = list(ids)

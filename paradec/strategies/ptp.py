@@ -91,7 +91,7 @@ class ParallelTokenPrediction(Strategy):
 
     def stream(self, engine, request: Request):
         ids = request.validate(engine)
-        p = self.resolve_params(request)
+        p = self.resolve_params(request, engine)
         ad = P.adapter_for(engine, p["adapter"] or None)
         if ad is None:
             raise FileNotFoundError(f"no PTP adapter for {engine.name}: {P.hint(engine)}")

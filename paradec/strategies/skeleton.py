@@ -94,6 +94,14 @@ TEMPLATES = {
 }
 
 
+def template_for(params: dict, engine=None) -> Template:
+    """The prompt template a run uses: the `template` parameter, `auto` meaning the model profile's choice."""
+    name = params["template"]
+    if name == "auto":
+        name = getattr(getattr(engine, "profile", None), "sot_template", "generic")
+    return TEMPLATES[name]
+
+
 def skeleton_prefix() -> str:
     return "1."
 
@@ -253,8 +261,9 @@ SOT_PARAMS = {
     "max_points": Param(10, int, 2, 10, help="most skeleton points kept"),
     "point_max_tokens": Param(48, int, 1, 1024, help="most tokens one point may generate"),
     "skeleton_max_tokens": Param(128, int, 8, 1024, help="most tokens the skeleton may take"),
-    "template": Param("paradec-tiny", str, choices=tuple(TEMPLATES),
-                      help="prompt wording: paradec-tiny (the default model's format) or generic (SoT paper)"),
+    "template": Param("auto", str, choices=("auto",) + tuple(TEMPLATES),
+                      help="prompt wording: auto (the model profile's), paradec-tiny (that model's training "
+                           "format) or generic (SoT paper)"),
     "expansion": Param("batched", str, choices=("batched", "sequential"),
                        help="batched: every point in one batch; sequential: one point after another, each from "
                             "its own copy of the skeleton's cache (the same text, produced the way a plain "
@@ -271,8 +280,8 @@ class SkeletonOfThought(Strategy):
 
     def stream(self, engine, request: Request):
         request.validate()
-        p = self.resolve_params(request)
-        tpl = TEMPLATES[p["template"]]
+        p = self.resolve_params(request, engine)
+        tpl = template_for(p, engine)
         history, question = split_question(request)
         plain = dataclasses.replace(request, stop=[], assistant_prefix="", params={})
 
@@ -407,7 +416,7 @@ class RoutedSkeletonOfThought(Strategy):
     def stream(self, engine, request: Request):
         from ..router import load_router
         request.validate()
-        p = self.resolve_params(request)
+        p = self.resolve_params(request, engine)
         _, question = split_question(request)
         t0 = time.perf_counter()
         router = load_router()

@@ -17,7 +17,9 @@ from pathlib import Path
 import torch
 
 from .. import verification
-from ..engine import DEFAULT_DRAFT, Engine, ModelError
+import threading
+
+from ..engine import Engine, ModelError
 from ..sampling import process
 from .base import Output, Param, Request, Strategy, register
 
@@ -29,21 +31,34 @@ def _dtype_name(engine) -> str:
     return str(engine.dtype).replace("torch.", "")
 
 
+_LOAD_LOCK = threading.Lock()    # draft loads are not thread-safe in transformers: one at a time
+
+
+class NoDraft(ModelError):
+    """The model's profile names no draft, or the named draft folder is missing."""
+
+
 def draft_model(engine, request: Request | None = None) -> Engine:
-    """The draft Engine for `engine`: request.params['draft'] (a model path) if given, else the shipped
-    paradec-tiny-draft. The default one is loaded once and cached in engine.extras['draft'] (tests and callers
-    may put any Engine there); drafts named by path are cached in engine.extras['drafts'][path]."""
+    """The draft Engine for `engine`: request.params['draft'] (a model path) if given, else the draft its model
+    profile names (`engine.profile.draft`, e.g. paradec-tiny-draft for paradec-tiny). The default one is loaded
+    once and cached in engine.extras['draft'] (tests and callers may put any Engine there); drafts named by path
+    are cached in engine.extras['drafts'][path]. Loads are serialised by one lock."""
     path = str((request.params.get("draft") if request is not None else None) or "")
     if not path:
         if engine.extras.get("draft") is not None:
             return engine.extras["draft"]
-        if not (Path(DEFAULT_DRAFT) / "config.json").exists():
-            raise ModelError(f"no draft model at {DEFAULT_DRAFT}: {TRAIN_DRAFT}")
-        engine.extras["draft"] = Engine.load(str(DEFAULT_DRAFT), device=str(engine.device), dtype=_dtype_name(engine))
+        default = getattr(getattr(engine, "profile", None), "draft", None)
+        if default is None or not (Path(default) / "config.json").exists():
+            raise NoDraft(f"no draft model for {engine.name}: {TRAIN_DRAFT}")
+        with _LOAD_LOCK:
+            if engine.extras.get("draft") is None:
+                engine.extras["draft"] = Engine.load(str(default), device=str(engine.device),
+                                                     dtype=_dtype_name(engine))
         return engine.extras["draft"]
     drafts = engine.extras.setdefault("drafts", {})
-    if path not in drafts:
-        drafts[path] = Engine.load(path, device=str(engine.device), dtype=_dtype_name(engine))
+    with _LOAD_LOCK:
+        if path not in drafts:
+            drafts[path] = Engine.load(path, device=str(engine.device), dtype=_dtype_name(engine))
     return drafts[path]
 
 
@@ -80,20 +95,22 @@ class SpeculativeSampling(Strategy):
     params = {
         "k": Param(4, int, K_MIN, K_MAX, help="tokens drafted per step (the start value when adaptive)"),
         "adaptive": Param(True, bool, help="+2 after a fully accepted step, -1 otherwise (transformers' rule)"),
-        "draft": Param("", str, help="draft model folder with the same tokenizer (default: paradec-tiny-draft)"),
+        "draft": Param("", str, help="draft model folder with the same tokenizer (default: the draft the model profile names)"),
     }
 
     def available(self, engine) -> tuple[bool, str]:
         try:
             draft = draft_model(engine)
+        except NoDraft:
+            return False, TRAIN_DRAFT
         except ModelError as e:
-            return False, TRAIN_DRAFT if str(DEFAULT_DRAFT) in str(e) else str(e)
+            return False, str(e)
         why = incompatibility(engine, draft)
         return (not why), why
 
     def stream(self, engine, request: Request):
         ids = request.validate(engine)
-        p = self.resolve_params(request)
+        p = self.resolve_params(request, engine)
         draft = draft_model(engine, request)
         why = incompatibility(engine, draft)
         if why:

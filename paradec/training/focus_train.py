@@ -354,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = FocusTrainConfig()
     p = argparse.ArgumentParser(prog="python -m paradec train focus",
                                 description="train FocusLLM candidate projections for a frozen model")
-    p.add_argument("--model", help="local model folder or hub id (default: the shipped paradec-tiny)")
+    p.add_argument("--model", help="local model folder, hub id, or paradec-tiny (default: Qwen2.5-Coder-0.5B-Instruct)")
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--dynamic", type=int, default=d.dynamic, help="dynamic prompt length (tokens)")
     p.add_argument("--queries", type=int, default=d.queries, help="queries per memory (per step)")

@@ -510,7 +510,7 @@ def write_card(folder: Path, cfg: dict) -> Path:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m paradec train ptp",
                                 description="Train a Parallel Token Prediction adapter for a model.")
-    p.add_argument("--model", default=None, help="model folder or hub id (default: the shipped paradec-tiny)")
+    p.add_argument("--model", default=None, help="model folder, hub id, or paradec-tiny (default: Qwen2.5-Coder-0.5B-Instruct)")
     p.add_argument("--data", help="prompt file (JSONL prompt/messages or one per line); with --teacher-free: text")
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--rank", type=int, default=32)
