@@ -1,36 +1,58 @@
-"""Generate the built-in eval suites in evals/suites/ reproducibly: `python -m evals.make_suites`.
+"""Generate the built-in eval suites in evals/suites/ reproducibly: `python -m evals.make_suites [NAME ...]`.
 
-Everything is derived from the installed Python standard library (mechanically, with `ast`) plus a few
-hand-written prompts, with a fixed random seed, so two runs on the same Python version write identical files.
-Where the default model's training corpus is concerned (docstrings, outlines, code), members of modules that
-`paradec.training.corpus.is_held_out` marks as held out come first, so the default model never saw them.
+The suites are written for an instruction-tuned chat model (the default, Qwen2.5-Coder-0.5B-Instruct): every
+prompt is a chat prompt, and each fits, with 256 new tokens per turn, in a 2048-token window. Their material is
+either hand-written for this project (evals/suite_sources.py) or derived mechanically, with `ast` and
+`tokenize`, from the installed Python standard library; random choices use fixed seeds, so two runs on the same
+Python version write identical files (the stdlib-derived items change with the Python version).
 
-Suites (one JSON object per line: id, category, prompt, reference?, chat?, plus informational keys):
-  code         raw completion of stdlib-like function beginnings (chat: false)
-  docstrings   "What does `module.name` do?"  -> first docstring paragraph
-  outlines     "Outline the module `X`."       -> the mechanical numbered outline
-  rewrite      input-grounded rewriting (answers copy much of the prompt: prompt-lookup friendly)
-  longcontext  passkey retrieval and section look-up in a long document, at ~1k/2k/4k/8k tokens
+Suites (one JSON object per line: id, category, prompt or turns, reference?, plus informational keys):
+  conversation   multi-turn chats (`turns`), run turn by turn with the model's own answers; no references
+  translation    English <-> French / German / Spanish / Chinese sentences; reference translation (X -> English
+                 items list two acceptable translations)
+  summarization  a stdlib docstring without its opening summary -> the author's summary paragraph
+  qa             short factual questions -> a one-sentence reference answer (some with alternatives)
+  math           templated word problems -> the final numeric answer
+  rag            a question over 3-5 numbered documents (hand-written passages, stdlib docs) -> the answer
+  code           write a function: hand-written tasks with reference solutions, stdlib functions to complete
+  code-edit      input-grounded edits of stdlib functions (rename a parameter, remove comments or the docstring,
+                 add type hints); references computed mechanically except for type hints
+  lists          list-style questions for Skeleton-of-Thought ("What are the main benefits of ...?"); no references
+  longcontext    passkey retrieval and section look-up in a long document, at ~1k/2k/4k/8k tokens
+                 (raw completion and the paradec-tiny token ratio; rebuilt by its own issue)
+
+A reference is text, or, where several answers are acceptable, the per-turn form [[alternative, ...]] that
+Spec-Bench uses; quality is scored against the best-matching alternative (paradec.quality).
 """
 from __future__ import annotations
 
 import ast
+import builtins
+import inspect
+import io
 import json
 import random
+import re
 import sys
-import textwrap
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from evals import suite_sources as S  # noqa: E402
 from paradec.training import corpus as C  # noqa: E402
 
 OUT = ROOT / "evals" / "suites"
 SEED = 20260
-CHARS_PER_TOKEN = 3.0        # measured on the paradec-tiny tokenizer (English prose and Python source)
+CHARS_PER_TOKEN = 3.0        # measured on the paradec-tiny tokenizer (English prose and Python source); longcontext
 N_SUITE = 36
+# The chat suites' prompt budget on the default model. NOT measured: Qwen2.5-Coder's tokenizer was not on this
+# machine when the suites were written; ~3.6 characters per token is the usual figure for English and Python.
+QWEN_CHARS_PER_TOKEN = 3.6
+CONTEXT = 2048
+NEW_TOKENS = 256
 
 # ------------------------------------------------------------------------------------------------ sources
 _MODULES: list[tuple[C.Module, ast.Module]] | None = None
@@ -50,10 +72,6 @@ def modules() -> list[tuple[C.Module, ast.Module]]:
     return _MODULES
 
 
-def held(mod: C.Module) -> bool:
-    return C.is_held_out(mod.name)
-
-
 def top_functions(mod: C.Module, tree: ast.Module):
     """Top-level public functions with a useful docstring, without decorators."""
     for node in tree.body:
@@ -66,139 +84,396 @@ def _lines(mod: C.Module) -> list[str]:
     return mod.source.splitlines()
 
 
-# ------------------------------------------------------------------------------------------------ code
-HANDWRITTEN_CODE = [
-    ("read_config",
-     'def read_config(path):\n    """Read an INI-style configuration file and return a dict of its sections.\n\n'
-     '    Each section maps option names to their string values.\n    """\n'),
-    ("count_words",
-     'def count_words(text):\n    """Return a dict mapping each word in text to the number of times it occurs."""\n'),
-    ("chunked",
-     'def chunked(iterable, size):\n    """Yield successive lists of at most size items from iterable."""\n'),
-    ("flatten", 'def flatten(nested):\n    """Return a flat list of the items in a list of lists."""\n'),
-    ("is_palindrome",
-     'def is_palindrome(s):\n    """Return True if s reads the same forwards and backwards, ignoring case."""\n'),
-    ("parse_version",
-     'def parse_version(version):\n    """Split a version string such as "3.11.4" into a tuple of integers."""\n'),
-    ("human_size",
-     'def human_size(n):\n    """Format a number of bytes as a short human-readable string, e.g. "1.5 KB"."""\n'),
-    ("merge_dicts",
-     'def merge_dicts(*dicts):\n    """Merge several dictionaries into a new one; later values win."""\n'),
-    ("strip_comments",
-     'def strip_comments(lines):\n'
-     '    """Return the lines with everything after a "#" removed and blank lines dropped."""\n'),
-    ("unique", 'def unique(items):\n    """Return the items in their original order with duplicates removed."""\n'),
-    ("Stack", 'class Stack:\n    """A simple last-in, first-out stack."""\n\n    def __init__(self):\n'),
-    ("Timer", 'class Timer:\n    """Context manager that measures the time spent inside its block."""\n\n'
-     '    def __enter__(self):\n'),
-    ("walk_files",
-     'def walk_files(root, suffix):\n    """Return the paths of all files under root whose name ends with suffix."""\n'
-     '    result = []\n'),
-    ("clamp", 'def clamp(value, low, high):\n    """Return value limited to the range low..high."""\n'),
-    ("write_json",
-     'def write_json(path, data):\n    """Write data to path as indented JSON, replacing the file atomically."""\n'
-     '    import json\n    import os\n'),
-    ("fib", 'def fibonacci(n):\n    """Return a list of the first n Fibonacci numbers."""\n'),
-]
+# ------------------------------------------------------------------------------------------------ helpers
+def _alternatives(ref) -> str | list:
+    """A suite reference for one turn: text, or (from a tuple) the per-turn form [[alternative, ...]]."""
+    return [list(ref)] if isinstance(ref, tuple) else ref
 
 
-def code_items() -> list[dict]:
-    items = [{"id": f"code-h{i:02d}", "category": "code", "prompt": p, "chat": False, "source": "handwritten"}
-             for i, (_, p) in enumerate(HANDWRITTEN_CODE, 1)]
-    per_module: dict[str, int] = {}
-    mech = []
-    for mod, tree in modules():
-        lines = _lines(mod)
-        for node in top_functions(mod, tree):
-            doc_end = node.body[0].end_lineno
-            body = lines[doc_end:node.end_lineno]
-            head = lines[node.lineno - 1:doc_end]
-            if not 3 <= len(body) <= 18 or len(head) > 14 or per_module.get(mod.name, 0) >= 2:
-                continue
-            if any("\t" in ln for ln in head + body):
-                continue
-            per_module[mod.name] = per_module.get(mod.name, 0) + 1
-            mech.append({"category": "code", "prompt": "\n".join(head) + "\n", "reference": "\n".join(body) + "\n",
-                         "chat": False, "source": f"{mod.name}.{node.name}", "held_out": held(mod)})
-            break
-        if len(items) + len(mech) >= N_SUITE:
-            break
-    for i, it in enumerate(mech, 1):
-        items.append({"id": f"code-s{i:02d}", **it})
-    return items
+def estimated_tokens(text: str) -> float:
+    """A conservative token estimate for the default model: ASCII at QWEN_CHARS_PER_TOKEN, any other character
+    (accents, CJK) as a token of its own."""
+    n_ascii = sum(1 for ch in text if ord(ch) < 128)
+    return n_ascii / QWEN_CHARS_PER_TOKEN + (len(text) - n_ascii)
 
 
-# ------------------------------------------------------------------------------------------------ docstrings
-def docstring_items() -> list[dict]:
-    chosen: list[tuple[str, str, str]] = []
-    by_mod = [(mod, [m for m in mod.members if m[0].count(".") == mod.name.count(".") + 1] or mod.members)
-              for mod, _ in modules() if mod.members]
-    rnd = 0
-    while len(chosen) < N_SUITE + 4 and rnd < 3:   # round robin: at most one member per module per round
-        for mod, members in by_mod:
-            if rnd < len(members) and (held(mod) or rnd == 0):
-                q, _sig, doc = members[rnd]
-                chosen.append((q, C.first_paragraph(doc), mod.name))
-            if len(chosen) >= N_SUITE + 4:
-                break
-        rnd += 1
-    return [{"id": f"doc-{i:02d}", "category": "docstring", "prompt": C.docstring_question(q), "reference": ref,
-             "module": m, "held_out": C.is_held_out(m)} for i, (q, ref, m) in enumerate(chosen, 1)]
+def _check_budget(name: str, items: list[dict]) -> None:
+    """Every prompt, with NEW_TOKENS generated per turn, fits the default model's CONTEXT window."""
+    for it in items:
+        turns = it.get("turns") or [it["prompt"]]
+        need = sum(estimated_tokens(t) for t in turns) + NEW_TOKENS * len(turns) + 30 * len(turns)  # chat markup
+        if need > CONTEXT:
+            raise SystemExit(f"{name}: {it['id']} needs about {need:.0f} tokens, over {CONTEXT}")
 
 
-# ------------------------------------------------------------------------------------------------ outlines
-def outline_items() -> list[dict]:
-    out = []
-    for mod, _ in modules():
-        pts = C.outline_points(mod)
-        if not pts or "windows" in mod.name:
-            continue
-        out.append({"category": "outline", "prompt": C.outline_question(mod.name),
-                    "reference": C.render_outline([p for p, _, _ in pts]), "held_out": held(mod),
-                    "n_points": len(pts)})
-        if len(out) >= N_SUITE:
-            break
-    return [{"id": f"outline-{i:02d}", **it} for i, it in enumerate(out, 1)]
+def _numbered(prefix: str, items: list[dict]) -> list[dict]:
+    return [{"id": f"{prefix}-{i:02d}", **it} for i, it in enumerate(items, 1)]
 
 
-# ------------------------------------------------------------------------------------------------ rewrite
+_POOL: list[tuple[C.Module, ast.Module]] | None = None
+# platform-specific, internal, and deprecated modules (PEP 594's and the other ones 3.12 removes) stay out
+_SKIP = {"encodings", "tkinter", "ctypes", "msilib", "winreg", "idlelib", "lib2to3", "turtle", "turtledemo",
+         "ensurepip", "pydoc_data", "distutils", "test", "aifc", "audioop", "cgi", "cgitb", "chunk", "crypt",
+         "imghdr", "mailcap", "nis", "nntplib", "ossaudiodev", "pipes", "sndhdr", "spwd", "sunau", "telnetlib",
+         "uu", "xdrlib", "imp", "asynchat", "asyncore", "smtpd"}
+
+
+def _pooled(name: str) -> bool:
+    parts = name.split(".")
+    return (parts[0] not in _SKIP and not any(p.startswith("_") or p in ("test", "tests") for p in parts)
+            and "windows" not in name)
+
+
+def pool() -> list[tuple[C.Module, ast.Module]]:
+    """The stdlib modules of `modules()` that `_pooled` keeps, sorted by name (the chat suites do not care
+    about paradec-tiny's held-out modules)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = sorted(((m, t) for m, t in modules() if _pooled(m.name)), key=lambda mt: mt[0].name)
+    return _POOL
+
+
+def shuffled_pool(salt: int) -> list[tuple[C.Module, ast.Module]]:
+    out = list(pool())
+    random.Random(SEED + salt).shuffle(out)
+    return out
+
+
+def _paragraphs(doc: str) -> list[str]:
+    return [p.strip("\n") for p in re.split(r"\n\s*\n", inspect.cleandoc(doc)) if p.strip()]
+
+
+def _joined(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _sentence_like(text: str) -> bool:
+    """Prose that reads as a complete statement: starts with a capital letter, no grammar rules, not cut off."""
+    return text[:1].isupper() and not text.endswith((":", ",")) and "=" not in text and "->" not in text
+
+
 def _function_source(mod: C.Module, node: ast.FunctionDef) -> str:
     return "\n".join(_lines(mod)[node.lineno - 1:node.end_lineno])
 
 
-def rewrite_items() -> list[dict]:
-    cands = []
-    for mod, tree in modules():
-        for node in top_functions(mod, tree):
-            src = _function_source(mod, node)
-            n = src.count("\n") + 1
-            if 6 <= n <= 24 and "\t" not in src and len(src) < 1100:
-                cands.append((mod, node, src))
-                break
+def _code_block(src: str) -> str:
+    return f"```python\n{src.rstrip()}\n```"
+
+
+# ------------------------------------------------------------------------------------------------ conversation
+def conversation_items() -> list[dict]:
+    return _numbered("conversation", [{"category": "conversation", "turns": list(turns)}
+                                      for turns in S.CONVERSATIONS])
+
+
+# ------------------------------------------------------------------------------------------------ translation
+def translation_items() -> list[dict]:
     out = []
-    templates = ("explain", "repeat", "hints")
-    for i, (mod, node, src) in enumerate(cands):
-        kind = templates[i % 3]
-        q = f"{mod.name}.{node.name}"
-        doc = ast.get_docstring(node)
-        para = C.first_paragraph(doc)
-        if kind == "explain":
-            prompt = f"Here is the source of `{q}`:\n\n{src}\n\n{C.docstring_question(q)}"
-            ref = para
-        elif kind == "repeat":
-            prompt = ("Repeat the following docstring word for word, then stop.\n\n"
-                      + textwrap.dedent(doc).strip())
-            ref = textwrap.dedent(doc).strip()
-        else:
-            prompt = f"Rewrite this function with type hints, keeping its body and docstring unchanged:\n\n{src}"
-            ref = None
-        it = {"category": "rewrite", "prompt": prompt, "task": kind, "source": q, "held_out": held(mod)}
-        if ref:
-            it["reference"] = ref
-        out.append(it)
+    for src, tgt, text, ref in S.TRANSLATIONS:
+        out.append({"category": "translation",
+                    "prompt": f"Translate the following text from {src} into {tgt}. Reply with the translation "
+                              f"only.\n\n{text}",
+                    "reference": _alternatives(ref), "source_language": src, "target_language": tgt})
+    return _numbered("translation", out)
+
+
+# ------------------------------------------------------------------------------------------------ summarization
+def summarization_items() -> list[dict]:
+    """A stdlib docstring (module, class or function) without its opening summary paragraph; the reference is
+    that summary, written by the docstring's author."""
+    out = []
+    for mod, tree in shuffled_pool(1):
+        cands = [("module", mod.name, ast.get_docstring(tree))]
+        cands += [("class" if isinstance(n, ast.ClassDef) else "function", f"{mod.name}.{n.name}",
+                   ast.get_docstring(n)) for n in tree.body
+                  if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and not n.name.startswith("_")]
+        for kind, qual, doc in cands:
+            if not doc or ">>>" in doc or "\t" in doc:
+                continue
+            paras = _paragraphs(doc)
+            summary, rest = _joined(paras[0]) if paras else "", "\n\n".join(paras[1:])
+            if (len(paras) < 3 or not 8 <= len(summary.split()) <= 60 or not 500 <= len(rest) <= 2500
+                    or not _sentence_like(summary)):
+                continue
+            out.append({"category": "summarization",
+                        "prompt": f"Below is the documentation of the {kind} `{qual}`, without its opening "
+                                  f"summary.\n\n{rest}\n\nSummarize in one sentence what the {kind} "
+                                  f"`{qual}` is for.",
+                        "reference": summary, "source": qual, "kind": kind})
+            break
         if len(out) >= N_SUITE:
             break
-    return [{"id": f"rewrite-{i:02d}", **it} for i, it in enumerate(out, 1)]
+    return _numbered("summarization", out)
+
+
+# ------------------------------------------------------------------------------------------------ QA
+def qa_items() -> list[dict]:
+    return _numbered("qa", [{"category": "qa", "prompt": q, "reference": _alternatives(ref)} for q, ref in S.QA])
+
+
+# ------------------------------------------------------------------------------------------------ math
+def math_items() -> list[dict]:
+    rng = random.Random(SEED + 2)
+    out = []
+    for rep in range(3):
+        for name, text, draw in S.MATH_TEMPLATES:
+            v = draw(rng)
+            answer = v.pop("answer")
+            out.append({"category": "math", "prompt": text.format(**v) + S.MATH_SUFFIX, "reference": str(answer),
+                        "answer": answer, "template": name})
+    return _numbered("math", out)
+
+
+# ------------------------------------------------------------------------------------------------ RAG
+RAG_INSTRUCTION = ("Answer the question using only the documents below, and cite the document you used as [n].")
+_PURPOSE_VERBS = ("Return", "Convert", "Create", "Read", "Write", "Remove", "Compute", "Split", "Check", "Encode",
+                  "Decode", "Parse", "Make", "Get", "Test", "Format", "Build", "Find", "Translate", "Escape")
+
+
+def _rag_prompt(docs: list[str], question: str) -> str:
+    body = "\n\n".join(f"[{k}] {d}" for k, d in enumerate(docs, 1))
+    return f"{RAG_INSTRUCTION}\n\n{body}\n\nQuestion: {question}"
+
+
+def rag_items() -> list[dict]:
+    """Hand-written passages first, then stdlib documentation: four or five members of one module, each as a
+    document (its name and the first paragraph of its docstring); the question is about one of them."""
+    out = [{"category": "rag", "prompt": _rag_prompt(docs, q), "reference": ref, "source": "handwritten"}
+           for docs, q, ref in S.RAG_HANDWRITTEN]
+    rng = random.Random(SEED + 3)
+    for mod, _tree in shuffled_pool(3):
+        members = []
+        for q, _sig, doc in mod.members:
+            para = _joined(_paragraphs(doc)[0]) if doc else ""
+            if (q.count(".") == mod.name.count(".") + 1 and 10 <= len(para.split()) and len(para) <= 360
+                    and _sentence_like(para)):
+                members.append((q, para))
+        if len(members) < 4:
+            continue
+        picked = rng.sample(members, min(5, len(members)))
+        k = rng.randrange(len(picked))
+        qual, para = picked[k]
+        docs = [f"`{q}`: {p}" for q, p in picked]
+        first = C.sentences(para, 1).rstrip(".")
+        if len(out) % 2 and first.split()[0] in _PURPOSE_VERBS and len(first.split()) >= 5:
+            question = f"Which function or class should I use to {first[0].lower()}{first[1:]}?"
+            ref: str | list = [[f"`{qual}` [{k + 1}]", f"`{qual}` [{k + 1}]: {para}"]]
+            task = "which"
+        else:
+            is_class = qual.rsplit(".", 1)[1][:1].isupper()
+            question = f"What is `{qual}` for?" if is_class else f"What does `{qual}` do?"
+            ref, task = f"{para} [{k + 1}]", "what"
+        out.append({"category": "rag", "prompt": _rag_prompt(docs, question), "reference": ref,
+                    "source": qual, "task": task, "document": k + 1, "n_documents": len(docs)})
+        if len(out) >= N_SUITE:
+            break
+    return _numbered("rag", out)
+
+
+# ------------------------------------------------------------------------------------------------ code
+def _self_contained(node: ast.FunctionDef) -> bool:
+    """The function uses only builtins, its parameters, its own local names and what it imports itself."""
+    a = node.args
+    known = set(dir(builtins)) | {node.name}
+    known |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x is not None}
+    loads = set()
+    for n in ast.walk(node):
+        if isinstance(n, (ast.Global, ast.Nonlocal)):
+            return False
+        if isinstance(n, ast.Name):
+            (loads if isinstance(n.ctx, ast.Load) else known).add(n.id)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            known |= {(al.asname or al.name).split(".")[0] for al in n.names}
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            known.add(n.name)
+        elif isinstance(n, ast.arg):
+            known.add(n.arg)
+    return loads <= known
+
+
+def code_items() -> list[dict]:
+    """Hand-written tasks with reference solutions (and assertions they pass), then self-contained stdlib
+    functions to implement from their signature and docstring (the stdlib source is the reference)."""
+    out = [{"category": "code", "prompt": task, "reference": ref, "tests": tests, "source": "handwritten"}
+           for task, ref, tests in S.CODE_TASKS]
+    for mod, tree in shuffled_pool(4):
+        lines = _lines(mod)
+        for node in top_functions(mod, tree):
+            doc_end = node.body[0].end_lineno
+            head, body = lines[node.lineno - 1:doc_end], lines[doc_end:node.end_lineno]
+            src = "\n".join(head + body)
+            if (not 3 <= len(body) <= 15 or len(head) > 14 or "\t" in src or len(node.body) < 2
+                    or not _self_contained(node)):
+                continue
+            out.append({"category": "code",
+                        "prompt": "Complete this Python function; reply with the whole function.\n\n"
+                                  + _code_block("\n".join(head)),
+                        "reference": src + "\n", "source": f"{mod.name}.{node.name}"})
+            break
+        if len(out) >= N_SUITE:
+            break
+    return _numbered("code", out)
+
+
+# ------------------------------------------------------------------------------------------------ code editing
+_RENAMES = {"s": "text", "n": "count", "x": "value", "f": "fileobj", "fp": "fileobj", "path": "file_path",
+            "name": "item_name", "data": "payload", "obj": "target", "string": "text", "value": "val",
+            "filename": "file_name", "text": "content", "key": "lookup_key", "args": "arguments", "a": "first",
+            "b": "second", "c": "char", "i": "index", "line": "current_line", "url": "address", "lo": "low",
+            "hi": "high", "sep": "separator", "expected": "wanted", "actual": "got", "package": "package_name",
+            "readline": "read_line", "source": "src", "src": "source_text", "dst": "destination",
+            "func": "function", "fn": "function", "size": "length", "file": "fileobj", "mode": "open_mode",
+            "timeout": "timeout_s", "encoding": "charset", "errors": "error_policy", "sock": "connection",
+            "win": "window", "delay": "seconds", "argv": "arguments", "HandlerClass": "handler_class"}
+
+
+def _tokens(src: str) -> list[tokenize.TokenInfo]:
+    return list(tokenize.generate_tokens(io.StringIO(src + "\n").readline))
+
+
+def _replace_spans(src: str, spans: list[tuple[int, int, int, str]]) -> str:
+    """Replace (row, col_start, col_end, text) spans (1-based rows) in src, right to left on each line."""
+    lines = src.split("\n")
+    for row, c0, c1, text in sorted(spans, reverse=True):
+        ln = lines[row - 1]
+        lines[row - 1] = ln[:c0] + text + ln[c1:]
+    return "\n".join(lines)
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, old: str, new: str):
+        self.old, self.new = old, new
+
+    def visit_Name(self, node):
+        if node.id == self.old:
+            node.id = self.new
+        return node
+
+    def visit_arg(self, node):
+        if node.arg == self.old:
+            node.arg = self.new
+        return node
+
+
+def _rename(src: str, node: ast.FunctionDef) -> tuple[str, str, str] | None:
+    """(old, new, renamed source) for the parameter used most in the body, checked against an AST rename."""
+    a = node.args
+    params = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg not in ("self", "cls")]
+    uses = {p: sum(1 for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == p) for p in params}
+    names = {t.string for t in _tokens(src) if t.type == tokenize.NAME}
+    for old in sorted(params, key=lambda p: -uses[p]):
+        new = _RENAMES.get(old, f"{old}_arg")
+        if uses[old] < 2 or new in names:
+            continue
+        toks = _tokens(src)
+        spans = [(t.start[0], t.start[1], t.end[1], new) for i, t in enumerate(toks)
+                 if t.type == tokenize.NAME and t.string == old and not (i and toks[i - 1].string == ".")]
+        out = _replace_spans(src, spans)
+        try:
+            got = ast.dump(ast.parse(out))
+        except SyntaxError:
+            continue
+        if got == ast.dump(_Rename(old, new).visit(ast.parse(src))):
+            return old, new, out
+    return None
+
+
+def _strip_comments(src: str) -> str | None:
+    toks = [t for t in _tokens(src) if t.type == tokenize.COMMENT]
+    if len(toks) < 2:
+        return None
+    lines = src.split("\n")
+    for t in toks:
+        row, col = t.start
+        lines[row - 1] = lines[row - 1][:col].rstrip()
+        if not lines[row - 1].strip():
+            lines[row - 1] = None
+    out = "\n".join(ln for ln in lines if ln is not None)
+    try:
+        same = ast.dump(ast.parse(out)) == ast.dump(ast.parse(src))
+    except SyntaxError:
+        return None
+    return out if same and "#" not in out else None
+
+
+def _strip_docstring(src: str) -> str | None:
+    tree = ast.parse(src)
+    fn = tree.body[0]
+    if len(fn.body) < 2 or ast.get_docstring(fn) is None:
+        return None
+    doc = fn.body[0]
+    lines = src.split("\n")
+    if lines[doc.lineno - 1][:doc.col_offset].strip() or lines[doc.end_lineno - 1][doc.end_col_offset:].strip():
+        return None
+    out = "\n".join(lines[:doc.lineno - 1] + lines[doc.end_lineno:])
+    fn.body = fn.body[1:]
+    try:
+        return out if ast.dump(ast.parse(out)) == ast.dump(tree) else None
+    except SyntaxError:
+        return None
+
+
+EDIT_INSTRUCTIONS = {
+    "rename": "Rename the parameter `{old}` to `{new}` in this function. Change nothing else (strings and comments "
+              "stay as they are) and reply with the whole function.",
+    "remove-comments": "Remove every comment from this function, keeping the code exactly as it is, and reply with "
+                       "the whole function.",
+    "remove-docstring": "Remove the docstring from this function, keeping everything else exactly as it is, and "
+                        "reply with the whole function.",
+    "type-hints": "Add type hints to the parameters and the return value of this function without changing its body "
+                  "or its docstring, and reply with the whole function.",
+}
+
+
+def code_edit_items() -> list[dict]:
+    """Input-grounded edits of stdlib functions (the answer copies most of the prompt). Every edit but adding
+    type hints is mechanical, so its reference is computed (and checked against the syntax tree)."""
+    per_kind = N_SUITE // len(EDIT_INSTRUCTIONS)
+    chosen: dict[str, list[dict]] = {k: [] for k in EDIT_INSTRUCTIONS}
+    used: set[str] = set()
+    for kind in ("remove-comments", "rename", "remove-docstring", "type-hints"):     # the rarest first
+        for mod, tree in shuffled_pool(5):
+            if len(chosen[kind]) >= per_kind:
+                break
+            if mod.name in used:
+                continue
+            for node in top_functions(mod, tree):
+                src = _function_source(mod, node)
+                if not 6 <= src.count("\n") + 1 <= 30 or "\t" in src or len(src) > 1500:
+                    continue
+                item = {"category": "code-edit", "task": kind, "source": f"{mod.name}.{node.name}"}
+                if kind == "rename":
+                    r = _rename(src, node)
+                    if r is None:
+                        continue
+                    old, new, ref = r
+                    instruction = EDIT_INSTRUCTIONS[kind].format(old=old, new=new)
+                    item.update(renamed=old, new_name=new)
+                elif kind == "remove-comments":
+                    ref, instruction = _strip_comments(src), EDIT_INSTRUCTIONS[kind]
+                elif kind == "remove-docstring":
+                    ref, instruction = _strip_docstring(src), EDIT_INSTRUCTIONS[kind]
+                else:
+                    a = node.args
+                    args = a.posonlyargs + a.args + a.kwonlyargs
+                    if node.returns or not args or any(x.annotation for x in args):
+                        continue
+                    ref, instruction = None, EDIT_INSTRUCTIONS[kind]
+                if ref is None and kind != "type-hints":
+                    continue
+                item["prompt"] = f"{instruction}\n\n{_code_block(src)}"
+                if ref is not None:
+                    item["reference"] = ref + "\n"
+                chosen[kind].append(item)
+                used.add(mod.name)
+                break
+    out = [it for group in zip(*chosen.values()) for it in group]          # interleaved: any --limit mixes kinds
+    return _numbered("code-edit", out)
+
+
+# ------------------------------------------------------------------------------------------------ lists
+def list_items() -> list[dict]:
+    return _numbered("lists", [{"category": "lists", "prompt": q} for q in S.LIST_QUESTIONS])
 
 
 # ------------------------------------------------------------------------------------------------ long context
@@ -307,8 +582,9 @@ def longcontext_items() -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------------ main
-SUITES = {"code": code_items, "docstrings": docstring_items, "outlines": outline_items,
-          "rewrite": rewrite_items, "longcontext": longcontext_items}
+SUITES = {"conversation": conversation_items, "translation": translation_items,
+          "summarization": summarization_items, "qa": qa_items, "math": math_items, "rag": rag_items,
+          "code": code_items, "code-edit": code_edit_items, "lists": list_items, "longcontext": longcontext_items}
 
 
 def write(name: str, items: list[dict]) -> Path:
@@ -323,10 +599,14 @@ def write(name: str, items: list[dict]) -> Path:
 def main(argv=None) -> int:
     names = (argv if argv is not None else sys.argv[1:]) or list(SUITES)
     for name in names:
+        if name not in SUITES:
+            raise SystemExit(f"unknown suite {name!r}; suites: {', '.join(SUITES)}")
         items = SUITES[name]()
+        if name != "longcontext":
+            _check_budget(name, items)
         path = write(name, items)
-        n_held = sum(1 for it in items if it.get("held_out"))
-        print(f"{path.relative_to(ROOT)}: {len(items)} items ({n_held} from held-out modules)")
+        n_ref = sum(1 for it in items if it.get("reference") is not None)
+        print(f"{path.relative_to(ROOT)}: {len(items)} items, {n_ref} with a reference")
     return 0
 
 

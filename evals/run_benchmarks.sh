@@ -15,18 +15,18 @@ sections=${*:-peers spec sot race}
 for s in $sections; do
   case $s in
     peers)   # issue 2: ar against transformers' own generate, same prompts, same run
-      $PY -m paradec bench --suite docstrings --strategies ar,hf-generate --limit "$N" --repeats 3 \
-        --max-new-tokens 96 --ignore-eos --no-perplexity --db "$DB" --name "ar vs generate (docstrings)" \
+      $PY -m paradec bench --suite qa --strategies ar,hf-generate --limit "$N" --repeats 3 \
+        --max-new-tokens 96 --ignore-eos --no-perplexity --db "$DB" --name "ar vs generate (qa)" \
         --markdown "$OUT/peers.md" ;;
     spec)    # issue 5: the lossless speculative family and their transformers peers, per suite
-      for suite in code docstrings rewrite; do
+      for suite in code qa code-edit; do
         $PY -m paradec bench --suite "$suite" --strategies ar,hf-generate,sps,hf-assisted,pld,hf-pld,lookahead \
           --limit "$N" --max-new-tokens 96 --db "$DB" --name "speculative family ($suite)" \
           --markdown "$OUT/spec-$suite.md"
       done ;;
-    sot)     # issue 8: Skeleton-of-Thought on the outline suite
-      $PY -m paradec bench --suite outlines --strategies ar,sot,sot-seq,sot-r --limit "$N" --max-new-tokens 160 \
-        --db "$DB" --name "Skeleton-of-Thought (outlines)" --markdown "$OUT/sot.md" ;;
+    sot)     # issue 8: Skeleton-of-Thought on the list-style questions
+      $PY -m paradec bench --suite lists --strategies ar,sot,sot-seq,sot-r --limit "$N" --max-new-tokens 160 \
+        --db "$DB" --name "Skeleton-of-Thought (lists)" --markdown "$OUT/sot.md" ;;
     race)    # issue 3: race figures against benchmark-mode figures
       { echo "### race vs alone"; echo; echo '```'
         $PY -m paradec race --check --strategies ar,pld,lookahead,sps --repeats 5 --max-new-tokens 96 \

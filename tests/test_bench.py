@@ -37,7 +37,7 @@ def _rows(db):
 
 def test_kill_9_loses_nothing_and_resume_completes(model_dir, tmp_path):
     db = tmp_path / "bench.db"
-    p = _cli("bench", "--model", str(model_dir), "--suite", "docstrings", "--limit", "12", "--strategies",
+    p = _cli("bench", "--model", str(model_dir), "--suite", "qa", "--limit", "12", "--strategies",
              "ar,hf-generate", "--repeats", "2", "--max-new-tokens", "24", "--ignore-eos", "--db", str(db))
     deadline = time.time() + 240
     while time.time() < deadline:

@@ -1,16 +1,14 @@
 """Eval-set uploads: every malformed kind is refused with the row and the problem, and nothing is stored."""
-import importlib
-import inspect
+import ast
 import json
-import sysconfig
-import warnings
+import re
 
 import pytest
 
+from evals import make_suites as M
 from paradec import evalsets
 from paradec.evalsets import EvalSetError, builtin_suites, load_eval_set, load_suite
 from paradec.store import Store
-from paradec.training import corpus
 
 EMPTY = {"runs": 0, "eval_sets": 0, "eval_items": 0, "results": 0, "step_events": 0}
 
@@ -250,63 +248,143 @@ def test_samples_load():
         assert s.format == fmt and 3 <= len(s.items) <= 5
 
 
-STDLIB = sysconfig.get_paths()["stdlib"]
-EXPECTED = {"code": "code", "docstrings": "docstring", "outlines": "outline", "rewrite": "rewrite",
+# suite -> category; every built-in suite but longcontext is chat prompts for an instruction-tuned model
+EXPECTED = {"conversation": "conversation", "translation": "translation", "summarization": "summarization",
+            "qa": "qa", "math": "math", "rag": "rag", "code": "code", "code-edit": "code-edit", "lists": "lists",
             "longcontext": "longcontext"}
+WITH_REFERENCES = ("translation", "summarization", "qa", "math", "rag", "code", "longcontext")
 
 
 def test_builtin_suites_load():
     suites = builtin_suites()
-    assert set(EXPECTED) <= set(suites)
+    assert set(suites) == set(EXPECTED), "the old paradec-tiny suites are gone; every suite is listed here"
     for name, cat in EXPECTED.items():
         s = load_suite(name)
         assert len(s.items) >= 30, name
-        assert {i.category for i in s.items} == {cat}
+        assert {i.category for i in s.items} == {cat}, name
         assert len({i.item_id for i in s.items}) == len(s.items)
-    assert all(not i.chat for i in load_suite("code").items)
+        if name != "longcontext":
+            assert all(i.chat for i in s.items), name
+        if name in WITH_REFERENCES:
+            assert all(evalsets.alternatives(i.reference_for(0)) for i in s.items), name
+    assert not any(i.references for n in ("conversation", "lists") for i in load_suite(n).items)
     with pytest.raises(EvalSetError, match="unknown suite"):
         load_suite("nope")
 
 
-def test_docstring_suite_matches_the_real_docstrings():
-    """References are the first paragraph of the live docstring; held-out modules come first."""
-    s = load_suite("docstrings")
-    checked = 0
+def test_chat_suites_fit_the_default_models_window():
+    """Prompt + 256 new tokens per turn fits 2048 tokens (the estimate make_suites checks, ASCII at ~3.6
+    characters per token and every other character a token)."""
+    for name in EXPECTED:
+        if name == "longcontext":
+            continue
+        for it in load_suite(name).items:
+            need = sum(M.estimated_tokens(t) for t in it.turns) + (M.NEW_TOKENS + 30) * len(it.turns)
+            assert need <= M.CONTEXT, (name, it.item_id, need)
+
+
+def test_conversation_suite_is_multi_turn(store):
+    s = load_suite("conversation")
+    assert s.format == "specbench" and all(len(i.turns) >= 2 for i in s.items)
+    assert sum(len(i.turns) >= 3 for i in s.items) >= 3
+    sid = store.save_eval_set(s)
+    assert [r["turns"] for r in store.get_eval_set_items(sid)] == [i.turns for i in s.items]
+
+
+def test_translation_and_qa_references_keep_their_alternatives():
+    tr = load_suite("translation")
+    langs = {(i.meta["source_language"], i.meta["target_language"]) for i in tr.items}
+    assert {("English", "French"), ("English", "German"), ("English", "Spanish"), ("French", "English")} <= langs
+    into_english = [i for i in tr.items if i.meta["target_language"] == "English"]
+    assert into_english and all(len(evalsets.alternatives(i.reference_for(0))) == 2 for i in into_english)
+    assert all(isinstance(i.reference, str) and i.reference in evalsets.alternatives(i.reference_for(0))
+               for i in tr.items)
+    qa = load_suite("qa")
+    assert sum(isinstance(i.reference_for(0), list) for i in qa.items) >= 3
+
+
+def test_math_references_are_the_final_answers():
+    s = load_suite("math")
+    assert len({i.meta["template"] for i in s.items}) >= 10
     for it in s.items:
-        qual = it.prompt.split("`")[1]
-        parts = qual.split(".")
-        for cut in range(len(parts) - 1, 0, -1):
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    obj = importlib.import_module(".".join(parts[:cut]))
-            except Exception:  # noqa: BLE001 - platform-specific modules (windows, tkinter) may not import
-                continue
-            if not str(getattr(obj, "__file__", "")).startswith(STDLIB):
-                break                    # e.g. setuptools' distutils shim replaces the stdlib package
-            try:
-                for attr in parts[cut:]:
-                    obj = getattr(obj, attr)
-            except AttributeError:
-                break
-            assert corpus.first_paragraph(inspect.cleandoc(obj.__doc__)) == it.reference, qual
-            checked += 1
-            break
-        assert qual.startswith(it.meta["module"] + ".")
-        assert it.meta["held_out"] == corpus.is_held_out(it.meta["module"])
-    assert checked >= 25
-    held = [i.meta["held_out"] for i in s.items]
-    assert sum(held) >= 20 and held == sorted(held, reverse=True)
+        assert it.reference == str(it.meta["answer"]) and int(it.reference) > 0
+        assert "final answer" in it.prompt
+    # the change problems: the reference is the arithmetic of the numbers in the prompt
+    for it in (i for i in s.items if i.meta["template"] == "change"):
+        p, n, b = (int(x) for x in re.findall(r"\d+", it.prompt)[:3])
+        assert int(it.reference) == b * 100 - p * n
 
 
-def test_outline_and_longcontext_suites():
-    outl = load_suite("outlines")
-    held = [i for i in outl.items if i.meta["held_out"]]
-    assert len(held) >= 12
-    for it in held:
-        module = it.prompt.split("`")[1]
-        assert corpus.is_held_out(module)
-        assert it.reference.startswith("1. ") and f"{it.meta['n_points']}. " in it.reference
+def test_code_references_pass_their_tests():
+    s = load_suite("code")
+    hand = [i for i in s.items if i.meta["source"] == "handwritten"]
+    assert len(hand) >= 20 and len(s.items) - len(hand) >= 6
+    ran = 0
+    for it in hand:
+        ns: dict = {}
+        exec(compile(it.reference, it.item_id, "exec"), ns)
+        if it.meta["tests"]:
+            exec(compile(it.meta["tests"], it.item_id + "-tests", "exec"), ns)
+            ran += 1
+    assert ran >= 18
+    for it in s.items:
+        if it.meta["source"] != "handwritten":            # a stdlib function to complete from its head
+            head = it.prompt.split("```python\n", 1)[1].rsplit("\n```", 1)[0]
+            assert it.reference.startswith(head) and ast.parse(it.reference)
+
+
+def test_code_edit_references_are_the_edit():
+    s = load_suite("code-edit")
+    tasks = [i.meta["task"] for i in s.items]
+    assert {t: tasks.count(t) for t in set(tasks)} == {"rename": 9, "remove-comments": 9, "remove-docstring": 9,
+                                                       "type-hints": 9}
+    for it in s.items:
+        src = it.prompt.split("```python\n", 1)[1].rsplit("\n```", 1)[0]
+        if it.meta["task"] == "type-hints":
+            assert it.reference is None
+            continue
+        ref, fn = it.reference, ast.parse(it.reference).body[0]
+        if it.meta["task"] == "rename":
+            old, new = it.meta["renamed"], it.meta["new_name"]
+            assert f"`{old}` to `{new}`" in it.prompt
+            assert {a.arg for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs} >= {new}
+            assert not any(isinstance(n, ast.Name) and n.id == old for n in ast.walk(fn))
+        else:
+            # input-grounded: every line of the answer is a line of the prompt (less a trailing comment)
+            lines = src.splitlines()
+            assert all(ln in lines or any(x.startswith(ln) and x[len(ln):].lstrip().startswith("#") for x in lines)
+                       for ln in ref.splitlines())
+            if it.meta["task"] == "remove-comments":
+                assert "#" in src and "#" not in ref and ast.dump(ast.parse(ref)) == ast.dump(ast.parse(src))
+            else:
+                assert ast.get_docstring(ast.parse(src).body[0]) and ast.get_docstring(fn) is None
+
+
+def test_rag_and_summarization_are_grounded():
+    rag = load_suite("rag")
+    assert {i.meta.get("task") for i in rag.items} >= {"what", "which"}
+    for it in rag.items:
+        assert it.prompt.startswith(M.RAG_INSTRUCTION) and "\n\nQuestion: " in it.prompt
+        if it.meta["source"] != "handwritten":          # the answer is the cited document's text
+            k, qual = it.meta["document"], it.meta["source"]
+            doc = it.prompt.split(f"[{k}] `{qual}`: ", 1)[1].split("\n\n", 1)[0]
+            alts = evalsets.alternatives(it.reference_for(0))
+            assert alts[0] == f"{doc} [{k}]" or alts[-1] == f"`{qual}` [{k}]: {doc}"
+    summ = load_suite("summarization")
+    for it in summ.items:
+        assert f"`{it.meta['source']}`" in it.prompt and it.reference not in it.prompt     # the summary is held back
+
+
+def test_make_suites_rewrites_identical_files():
+    """`python -m evals.make_suites` is reproducible: regenerating the chat suites gives the files as committed."""
+    for name, fn in M.SUITES.items():
+        if name == "longcontext":
+            continue
+        lines = [json.dumps(it, ensure_ascii=False) for it in fn()]
+        assert lines == builtin_suites()[name].read_text(encoding="utf-8").splitlines(), name
+
+
+def test_longcontext_suite():
     lc = load_suite("longcontext")
     keys = [i for i in lc.items if i.meta["task"] == "passkey"]
     assert len(keys) == 24 and {i.meta["approx_tokens"] for i in keys} == {1024, 2048, 4096, 8192}

@@ -434,7 +434,7 @@ def sweep_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m paradec.training.lud_train sweep")
     p.add_argument("--model")
     p.add_argument("--thresholds", default="0.5,0.7,0.8,0.9,0.95")
-    p.add_argument("--suites", default="code,docstrings")
+    p.add_argument("--suites", default="code,qa")
     p.add_argument("--limit", type=int, default=10)
     p.add_argument("--k", type=int)
     p.add_argument("--adapter", help="LUD folder (default <model>/lud)")
