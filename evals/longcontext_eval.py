@@ -49,14 +49,13 @@ import torch  # noqa: E402
 
 from paradec.bench import effective_params  # noqa: E402
 from paradec import focus as F  # noqa: E402
-from paradec.engine import DEFAULT_MODEL, Engine  # noqa: E402
+from paradec.engine import Engine  # noqa: E402
 from paradec.race import run_alone  # noqa: E402
 from paradec.sampling import next_tokens  # noqa: E402
 from paradec.strategies import Output, Request, get  # noqa: E402
 from paradec.strategies.parallel_context import encode_chunks, plan_chunks  # noqa: E402
 
 SUITE = ROOT / "evals" / "suites" / "longcontext.jsonl"
-PREVIEW = Path("/tmp/paradec-tiny-preview")
 
 
 BASELINE = "ar-truncated"
@@ -546,7 +545,7 @@ def reading(rows, cost, strategies: list[str]) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=None, help="model folder (default: data/models/paradec-tiny, or the preview)")
+    ap.add_argument("--model", default=None, help="model folder or paradec-tiny (default: Qwen2.5-Coder-0.5B-Instruct)")
     ap.add_argument("--strategies", default=DEFAULT_STRATEGIES,
                     help=f"comma-separated: {BASELINE} (the truncated baseline) and registered strategies; one "
                          "that is not registered or not available for the model is skipped with the reason")
@@ -565,7 +564,7 @@ def main(argv=None):
     ap.add_argument("--no-store", action="store_true", help="do not store the answers as a run")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    model = args.model or (str(DEFAULT_MODEL) if (DEFAULT_MODEL / "config.json").exists() else str(PREVIEW))
+    model = args.model       # None: the default model (provisioned on first use)
     engine = Engine.load(model)
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(f"model {engine.name} on {engine.device}; {machine()}", flush=True)

@@ -201,8 +201,11 @@ class Engine:
 
     @torch.inference_mode()
     def forward(self, ids, cache=None, positions=None, mask=None, logits_to_keep: int = 0, model=None,
-                embeds=None):
-        """One forward pass. ids: (T,) or (B, T) list/tensor. Returns float32 logits (B, T', V).
+                embeds=None, upcast: bool = True):
+        """One forward pass. ids: (T,) or (B, T) list/tensor. Returns logits (B, T', V): float32, or with
+        `upcast=False` in the model's dtype, for callers that keep many positions but read few rows (a 16-position
+        bf16 pass over a 151,936-entry vocabulary would otherwise copy 9.7 MB to float32 for nothing; the rows a
+        caller does read are upcast exactly by `sampling.process`).
 
         `embeds` (B, T, hidden), when given, replaces `ids` as the input (inputs_embeds; PTP's u slots)."""
         if embeds is not None:
@@ -218,7 +221,7 @@ class Engine:
         out = (model or self.model)(input_ids=ids, inputs_embeds=embeds, past_key_values=cache, position_ids=positions,
                                     attention_mask=mask, use_cache=cache is not None,
                                     logits_to_keep=logits_to_keep)
-        return out.logits.float()
+        return out.logits.float() if upcast else out.logits
 
     def tree_mask(self, past_len: int, allowed: torch.Tensor, batch: int = 1) -> torch.Tensor:
         """Additive 4-D mask for T new tokens that see the whole cache plus `allowed` (T, T) among themselves."""

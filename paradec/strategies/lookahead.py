@@ -142,7 +142,7 @@ class Lookahead(Strategy):
             # ---- one pass: pending | lookahead window (level-major) | candidates
             P = len(pending)
             toks, positions, allowed, look_at, cand_at = layout(pending, cached, levels if look else [], cands)
-            logits = engine.forward(toks, cache, positions, engine.tree_mask(cached, allowed))[0]
+            logits = engine.forward(toks, cache, positions, engine.tree_mask(cached, allowed), upcast=False)[0]
             engine.crop(cache, len(seq))
 
             # ---- verify the candidates (or take the target's own token)
