@@ -48,8 +48,10 @@ OUT = ROOT / "evals" / "suites"
 SEED = 20260
 CHARS_PER_TOKEN = 3.0        # measured on the paradec-tiny tokenizer (English prose and Python source); longcontext
 N_SUITE = 36
-# The chat suites' prompt budget on the default model. NOT measured: Qwen2.5-Coder's tokenizer was not on this
-# machine when the suites were written; ~3.6 characters per token is the usual figure for English and Python.
+# The chat suites' prompt budget on the default model, estimated without loading a tokenizer. Measured with
+# Qwen2.5-Coder-0.5B-Instruct's tokenizer on these suites' prompts: 4.3 characters per token on average (3.8 on
+# math, where every digit is a token; 4.4 on longcontext); 3.6 keeps a margin. The largest chat-templated prompt
+# is about 510 tokens (summarization); tests/test_evalsets.py counts them exactly when the model is provisioned.
 QWEN_CHARS_PER_TOKEN = 3.6
 CONTEXT = 2048
 NEW_TOKENS = 256

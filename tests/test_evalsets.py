@@ -283,6 +283,24 @@ def test_chat_suites_fit_the_default_models_window():
             assert need <= M.CONTEXT, (name, it.item_id, need)
 
 
+QWEN = evalsets.ROOT / "data" / "models" / "qwen2.5-coder-0.5b-instruct"
+
+
+@pytest.mark.skipif(not (QWEN / "tokenizer.json").is_file(), reason="the default model is not provisioned")
+def test_chat_suites_fit_2048_tokens_under_the_default_models_chat_template():
+    """Exact count: every turn's chat-templated prompt (earlier answers taken as 256 tokens each) + 256 new."""
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(QWEN))
+    for name in EXPECTED:
+        if name == "longcontext":
+            continue
+        for it in load_suite(name).items:
+            msgs = [{"role": "user", "content": t} for t in it.turns]
+            ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+            n = len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+            assert n + M.NEW_TOKENS * len(it.turns) <= M.CONTEXT, (name, it.item_id, n)
+
+
 def test_conversation_suite_is_multi_turn(store):
     s = load_suite("conversation")
     assert s.format == "specbench" and all(len(i.turns) >= 2 for i in s.items)
