@@ -6,6 +6,7 @@ to it - and yields a `Step`. Strategies never time themselves: the race runner t
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -139,7 +140,8 @@ class Strategy:
                     raise RequestError(f"{self.name}: {k} must be "
                                        f"{f'one of {p.choices}' if p.choices else 'a string'}, got {v!r}")
             else:
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or (p.kind is int and v != int(v)):
+                if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                        or (p.kind is int and v != int(v))):
                     raise RequestError(f"{self.name}: {k} must be a {'whole number' if p.kind is int else 'number'}, "
                                        f"got {v!r}")
                 v = p.kind(v)
@@ -167,6 +169,26 @@ class Output:
         self.text = ""              # text emitted so far
         self.done = False
         self.finish_reason: str | None = None
+        # incremental detokenisation: text is decoded from `_prefix` on, and what ids[_prefix:_read] decoded to
+        # is already in `self.text`; so each call decodes a short tail, never the whole output
+        self._prefix = 0
+        self._read = 0
+
+    def _tail_text(self) -> str | None:
+        """The text of the tokens after `_read`, or None while they end inside a UTF-8 sequence."""
+        dec = self.engine.decode
+        before = dec(self.ids[self._prefix:self._read])
+        tail = dec(self.ids[self._prefix:])
+        if tail.endswith("\ufffd") and not self.done:
+            return None
+        if not tail.startswith(before):     # a tokenizer whose decode is not concatenative here: decode it all
+            full = dec(self.ids)
+            new = full[len(self.text):] if full.startswith(self.text) else ""
+        else:
+            new = tail[len(before):]
+        # keep a few tokens of left context so the next tail decodes the same way the whole would
+        self._prefix, self._read = max(0, len(self.ids) - 4), len(self.ids)
+        return new
 
     def add(self, new_ids) -> tuple[list[int], str]:
         """Append tokens (stopping where a rule says); returns (ids kept, new text)."""
@@ -181,17 +203,19 @@ class Output:
             self.ids.append(t)
             if len(self.ids) >= self.budget:
                 self.done, self.finish_reason = True, "length"
-        full = self.engine.decode(self.ids)
-        if self.request.stop:
-            cut = min((i for i in (full.find(s, max(0, len(self.text) - len(s))) for s in self.request.stop)
+        new = self._tail_text() if len(self.ids) > self._read else ""
+        if new is None:                     # an incomplete UTF-8 sequence: wait for more bytes
+            return kept, ""
+        if self.request.stop and new:
+            full = self.text + new
+            cut = min((i for i in (full.find(s, max(0, len(self.text) - len(s) + 1)) for s in self.request.stop)
                        if i >= 0), default=-1)
             if cut >= 0:
                 self.done, self.finish_reason = True, "stop"
-                full = full[:cut]
-        if not self.done and full.endswith("\ufffd"):   # an incomplete UTF-8 sequence: wait for more bytes
-            return kept, ""
-        new = full[len(self.text):] if full.startswith(self.text) else full
-        self.text = full
+                new = full[len(self.text):cut] if cut >= len(self.text) else ""
+                self.text = full[:cut]
+                return kept, new
+        self.text += new
         return kept, new
 
     def step(self, new_ids, **fields) -> Step:
