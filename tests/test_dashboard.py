@@ -4,9 +4,11 @@
 BENCHMARKS.md helpers that read the sweep and long-context tables."""
 from __future__ import annotations
 
+import re
 import sqlite3
 import sys
 
+import pandas as pd
 import pytest
 
 from conftest import ROOT
@@ -228,3 +230,123 @@ def test_lud_sweep_runs_land_in_the_apps_database_unless_db_says_otherwise(monke
     calls.clear()
     lud_train.sweep_main(["--thresholds", "0.5", "--suites", "code", "--db", str(tmp_path / "x.db")])
     assert calls[0][calls[0].index("--db") + 1] == str(tmp_path / "x.db")
+
+
+# ------------------------------------------------------------------------------------------- reading the page
+def _hand_rows(store, n_items: int, strategies=("ar", "pld", "sot"), run_name="r", categories=("code", "qa")):
+    """Hand-made results (no model): tokens/s, tau and latencies with long decimals, as real runs have."""
+    rid = store.create_run("bench", name=run_name, model="m", device="cpu", dtype="float32",
+                           strategies=list(strategies))
+    for i in range(n_items):
+        for k, s in enumerate(strategies):
+            tps = 6.123456789 + k * 1.987654321 + (i % 7) / 3
+            store.add_result(rid, item_key=f"i{i}", category=categories[i % len(categories)], strategy=s, text="t",
+                             n_tokens=40, forward_passes=40 // (k + 1), tokens_per_s=tps,
+                             tokens_per_pass=1.0 + k * (0.5 + (i % 5) / 9), ttft_s=0.1234567, tpot_s=1 / tps,
+                             e2e_s=40 / tps, itl=[1 / tps] * 3,
+                             quality={"rouge_l_vs_ar": 1.0 if s == "pld" else 0.5555555555})
+    store.finish_run(rid)
+    return rid
+
+
+def test_numbers_are_formatted_for_reading():
+    assert charts.fmt_number(0.8888888888888888, "speedup") == "0.89×"
+    assert charts.fmt_number(0.123456, "ms") == "123.5" and charts.fmt_number(12.5, "ms") == "12,500"
+    assert charts.fmt_number(19.846028605864063, "rate") == "19.8"
+    assert charts.fmt_number(3.0, "int") == "3" and charts.fmt_number(None) == "–"
+    assert charts.fmt_number(float("nan"), "ratio") == "–"
+    assert charts.fmt_number(0.123456789) == "0.1235" and charts.fmt_number(2.0) == "2"
+    rows = [{"run": 1, "category": "all", "strategy": "pld", "n": 3, "tokens_per_s": 19.846028605864063,
+             "speedup": 0.8888888888888888, "e2e_speedup": None, "forward_passes": 10.333333,
+             "tokens_per_pass": 1.23456789, "ttft_p50": 0.0123456, "tpot_p50": 0.16666666,
+             "rouge_l_vs_ar": 0.55555555, "rouge_l_vs_ref": None, "perplexity": 4.56789, "lossless_mismatches": 0}]
+    f = charts.summary_frame(rows)
+    cells = [str(v) for v in f.iloc[0]]
+    assert all(not re.search(r"\d\.\d{5,}", c) for c in cells), cells
+    row = dict(zip(f.columns, cells))
+    assert row["speed-up vs ar"] == "0.89×" and row["TTFT p50 (ms)"] == "12.3" and row["n"] == "3"
+    assert row["end-to-end speed-up"] == "–" and row["ROUGE-L vs ar"] == "0.556"
+    empty = charts.summary_frame([])
+    assert len(empty) == 0 and "speed-up vs ar" in empty.columns           # named headers, never "1 2 3"
+    generic = charts.format_table(pd.DataFrame({"run_id": [1], "ttft_s": [0.5], "x": [1 / 3], "name": ["a"]}))
+    assert list(generic.iloc[0]) == ["1", "500.0", "0.3333", "a"] and "ttft_s (ms)" in generic.columns
+
+
+def test_histogram_bins_fit_the_data():
+    one = charts.hist_bins([1.0, 1.0, 1.0])                  # three ar results: one narrow bin at 1.00
+    assert one["start"] < 1.0 < one["end"] and one["size"] <= 0.05
+    many = charts.hist_bins([1 + i / 100 for i in range(300)])
+    assert 6 <= (many["end"] - many["start"]) / many["size"] <= 41 and many["end"] >= 3.99
+
+
+def test_charts_read_well_with_one_and_with_300_results(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'h.db'}")
+    _hand_rows(store, 1, run_name="one")
+    df1 = store.results_dataframe(light=True)
+    _hand_rows(store, 100, run_name="many")           # 300 results
+    df = store.results_dataframe(light=True)
+    assert len(df[df.run_name == "many"]) == 300
+    for d in (df1, df):
+        bar = charts.speedup_bar(d)
+        assert bar.layout.yaxis.range[1] > max(max(t.y) for t in bar.data) * 1.1      # room for the labels
+        assert all(t.cliponaxis is False for t in bar.data)
+        colours = {t.name: t.marker.color for t in bar.data}
+        assert colours == {s: charts.strategy_colour(s) for s in colours}
+        lat = charts.latency_box(d)
+        assert all(set(t.x) == {t.legendgroup} for t in lat.data)        # short horizontal labels: the name
+        assert lat.layout.xaxis.tickangle == 0
+        tau = charts.tokens_per_pass_hist(d)
+        ar = [t for t in tau.data if t.name.startswith("ar ")][0]
+        assert ar.xbins.size <= 0.25 and ar.marker.color == charts.strategy_colour("ar")
+        q = charts.quality_scatter(d)
+        assert {t.marker.color for t in q.data} <= set(charts.STRATEGY_COLOURS.values())
+    store.close()
+
+
+def test_empty_states_wrap_to_fit():
+    for fig in (charts.sweep_chart(pd.DataFrame()), charts.longcontext_heatmap(pd.DataFrame()),
+                charts.speedup_bar(pd.DataFrame())):
+        text = fig.layout.annotations[0].text
+        assert all(len(line) <= 56 for line in text.split("<br>")), text
+
+
+def test_race_chart_one_line_per_strategy():
+    lanes = {"ar": {"groups": [{"t": 0.2, "ids": [1]}, {"t": 0.4, "ids": [2]}]},
+             "pld": {"groups": [{"t": 0.1, "ids": [1, 2, 3]}]}}
+    fig = charts.race_chart(lanes)
+    assert [t.name for t in fig.data] == ["ar", "pld"]
+    assert list(fig.data[0].y) == [0, 1, 2] and list(fig.data[1].x) == [0.0, 0.1]
+    assert fig.data[1].line.color == charts.strategy_colour("pld")
+    assert charts.race_chart(lanes, t_now=3.0).layout.xaxis.range[1] >= 3.0       # the replay's clock
+
+
+def test_reference_runs_are_a_separate_labelled_source(tmp_path, monkeypatch):
+    from paradec.ui import dashboard as D
+    src = Store(f"sqlite:///{tmp_path / 'bench.db'}")
+    _hand_rows(src, 4, run_name="reference bench")
+    src.close()
+    shipped = D.make_reference(str(tmp_path / "bench.db"), tmp_path / "ref" / "reference.db")
+    before = shipped.read_bytes()
+    monkeypatch.setenv("PARADEC_REFERENCE_DB", str(shipped))
+    mine = Store(f"sqlite:///{tmp_path / 'mine.db'}")
+    dash = D.Dashboard(mine)
+    assert dash.reference is not None and dash.auto_source() == D.REFERENCE       # a newcomer sees the reference
+    out = dash.open(D.MINE, False, [], "all", [], [], "", "auto")
+    assert out[0]["value"] == D.REFERENCE
+    info = out[6 + 1]
+    assert "Showing the reference runs" in info and "12 result rows" in info
+    assert len(out[6 + 2].data) > 0                                                # the speed-up chart is drawn
+    # the user's own runs: never mixed with the reference
+    _hand_rows(mine, 1, strategies=("ar", "pld"), run_name="my run")
+    assert dash.auto_source() == D.MINE
+    out = dash.open(D.REFERENCE, False, [], "all", [], [], "", "auto")
+    assert out[0]["value"] == D.MINE and "2 result rows from 1 run(s)" in out[7]
+    assert "reference" not in out[7].lower()
+    kept = dash.open(D.REFERENCE, True, [], "all", [], [], "", "auto")            # picked by the user: kept
+    assert kept[0]["value"] == D.REFERENCE and "12 result rows" in kept[7]
+    assert shipped.read_bytes() == before                                          # the shipped file is untouched
+    monkeypatch.setenv("PARADEC_REFERENCE_DB", "")
+    assert D.Dashboard(mine).reference is None
+    empty = D.Dashboard(Store(f"sqlite:///{tmp_path / 'new.db'}"), reference=None)
+    assert "No runs yet" in empty.open(D.MINE, False, [], "all", [], [], "", "auto")[7]
+    mine.close()

@@ -17,12 +17,139 @@ from ..metrics import percentile, speedup
 
 ENV_COLUMNS = ("model", "device", "dtype")
 
+# one colour per strategy in every chart and in the Arena (registry order; unknown names get a stable pick)
+STRATEGY_COLOURS = {
+    "ar": "#4c4c4c", "hf-generate": "#9e9e9e", "hf-assisted": "#b39ddb", "hf-pld": "#80cbc4", "sps": "#1f77b4",
+    "pld": "#2ca02c", "lookahead": "#ff7f0e", "sot": "#d62728", "sot-r": "#e377c2", "sot-seq": "#8c564b",
+    "ptp": "#9467bd", "lud": "#17becf", "pcw": "#bcbd22", "focus": "#7f7f00", "ar-truncated": "#aaaaaa",
+    "vllm-spec": "#00695c"}
+_EXTRA = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880")
+
+
+def strategy_colour(name) -> str:
+    name = str(name)
+    if name in STRATEGY_COLOURS:
+        return STRATEGY_COLOURS[name]
+    return _EXTRA[sum(map(ord, name)) % len(_EXTRA)]
+
+
+def wrap_text(text: str, width: int = 56) -> str:
+    """Plain text -> lines of at most `width` characters joined by <br> (Plotly does not wrap annotations)."""
+    lines, cur = [], ""
+    for word in str(text).split():
+        if cur and len(cur) + 1 + len(word) > width:
+            lines.append(cur)
+            cur = word
+        else:
+            cur = f"{cur} {word}" if cur else word
+    if cur:
+        lines.append(cur)
+    return "<br>".join(lines)
+
 
 def _empty(title: str, why: str = "no results match the filters") -> go.Figure:
+    """A figure that says why it is empty, in a box the text fits (wrapped, centred, no axes)."""
     fig = go.Figure()
-    fig.update_layout(title=title, xaxis={"visible": False}, yaxis={"visible": False}, height=360,
-                      annotations=[{"text": why, "showarrow": False, "font": {"size": 14}}])
+    fig.update_layout(title={"text": title, "font": {"size": 15}}, xaxis={"visible": False},
+                      yaxis={"visible": False}, height=300, margin={"l": 20, "r": 20, "t": 60, "b": 20},
+                      plot_bgcolor="rgba(0,0,0,0)",
+                      annotations=[{"text": wrap_text(why, 56), "showarrow": False, "font": {"size": 13},
+                                    "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5, "align": "center"}])
     return fig
+
+
+def _legend_below() -> dict:
+    return {"orientation": "h", "yanchor": "top", "y": -0.18, "xanchor": "left", "x": 0}
+
+
+# ------------------------------------------------------------------------------------- number formatting
+def _is_nan(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def fmt_number(v, kind: str = "float") -> str:
+    """A value for reading: kind 'speedup' 1.23×, 'ms' (value in seconds) 12.3 ms, 's' 1.23 s, 'int' 12,
+    'rate' 12.3, 'ratio' 0.889, 'float' at most 4 decimals; '–' for nothing."""
+    if _is_nan(v):
+        return "–"
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            return str(v)
+    v = float(v)
+    if kind == "speedup":
+        return f"{v:.2f}×"
+    if kind == "ms":
+        ms = v * 1000
+        return f"{ms:.1f}" if abs(ms) < 1000 else f"{ms:,.0f}"
+    if kind == "s":
+        return f"{v:.2f}" if abs(v) < 100 else f"{v:,.0f}"
+    if kind == "int":
+        return f"{round(v):d}"
+    if kind == "rate":
+        return f"{v:.1f}"
+    if kind == "ratio":
+        return f"{v:.3f}"
+    if kind == "tau":
+        return f"{v:.2f}"
+    if v == int(v) and abs(v) < 1e15:
+        return f"{int(v)}"
+    return f"{v:.4f}".rstrip("0").rstrip(".") if abs(v) < 1000 else f"{v:,.1f}"
+
+
+# the summary table (`paradec.bench.table`): column -> (header, kind)
+SUMMARY_COLUMNS = {
+    "run": ("run", "int"), "category": ("category", None), "strategy": ("strategy", None), "n": ("n", "int"),
+    "speedup": ("speed-up vs ar", "speedup"), "e2e_speedup": ("end-to-end speed-up", "speedup"),
+    "tokens_per_s": ("tokens/s", "rate"), "tokens_per_pass": ("tokens/pass", "tau"),
+    "forward_passes": ("forward passes (mean)", "rate"), "ttft_p50": ("TTFT p50 (ms)", "ms"),
+    "tpot_p50": ("TPOT p50 (ms)", "ms"), "rouge_l_vs_ar": ("ROUGE-L vs ar", "ratio"),
+    "rouge_l_vs_ref": ("ROUGE-L vs ref", "ratio"), "perplexity": ("perplexity", "tau"),
+    "lossless_mismatches": ("lossless mismatches", "int")}
+
+
+def _kind_for(col: str) -> str | None:
+    c = col.lower()
+    if "speedup" in c or "speed-up" in c:
+        return "speedup"
+    if c in ("n", "id", "run", "run_id", "results", "repeat", "turn", "n_tokens", "tokens", "forward_passes",
+             "draft_passes", "drafted", "accepted", "turns"):
+        return "int"
+    if c.endswith("_s") or c.startswith(("ttft", "tpot", "itl")):
+        return "ms"
+    return "float"
+
+
+def format_table(rows, columns: dict | None = None) -> pd.DataFrame:
+    """Rows (list of dicts or a DataFrame) -> a DataFrame of display strings: numbers rounded for reading
+    (speed-ups 2 decimals with ×, times in ms, counts as integers, nothing past 4 decimals), headers from
+    `columns` ({column: (header, kind)}; other numeric columns get a kind from their name). The CSV export
+    keeps the raw values."""
+    df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows or []))
+    columns = columns or {}
+    if len(df) == 0:
+        heads = [columns[c][0] for c in columns] if columns else list(df.columns)
+        return pd.DataFrame(columns=heads)
+    out = {}
+    for c in df.columns:
+        head, kind = columns.get(c, (c, "auto"))
+        vals = df[c]
+        if kind == "auto":
+            numeric = vals.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)).all()
+            kind = _kind_for(str(c)) if numeric else None
+            if kind == "ms" and not str(head).endswith(")"):
+                head = f"{head} (ms)"
+        out[head] = [fmt_number(v, kind) if kind else ("" if _is_nan(v) else str(v)) for v in vals]
+    return pd.DataFrame(out)
+
+
+def summary_frame(rows) -> pd.DataFrame:
+    """The Dashboard's summary table from `paradec.bench.table` rows, formatted, with readable headers."""
+    rows = list(rows or [])
+    cols = {c: SUMMARY_COLUMNS[c] for c in SUMMARY_COLUMNS if not rows or c in rows[0]}
+    df = pd.DataFrame(rows, columns=list(cols)) if rows else pd.DataFrame(columns=list(cols))
+    return format_table(df, cols)
 
 
 def _num(s: pd.Series) -> pd.Series:
@@ -121,23 +248,27 @@ def speedup_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def speedup_bar(df: pd.DataFrame) -> go.Figure:
-    """Bars: speed-up vs ar by strategy (x) and category (colour), averaged over the selected runs."""
-    title = "Speed-up vs ar by strategy and category"
+    """Bars: speed-up vs ar by category (x) and strategy (colour, the same in every chart), averaged over the
+    selected runs."""
+    title = "Speed-up vs ar by category and strategy"
     t = speedup_table(df)
     if len(t) == 0:
         return _empty(title, "no speed-up to show: select runs that include `ar` and another strategy")
     g = t.groupby(["category", "strategy"]).agg(speedup=("speedup", "mean"), n=("n", "sum"),
                                                 runs=("run_id", "nunique")).reset_index()
     fig = go.Figure()
-    for cat, d in g.groupby("category", sort=True):
-        fig.add_bar(x=d["strategy"], y=d["speedup"], name=str(cat),
-                    text=[f"{v:.2f}×" for v in d["speedup"]], textposition="outside",
+    for s, d in g.groupby("strategy", sort=True):
+        fig.add_bar(x=d["category"], y=d["speedup"], name=str(s), marker_color=strategy_colour(s),
+                    text=[f"{v:.2f}×" for v in d["speedup"]], textposition="outside", cliponaxis=False,
                     customdata=list(zip(d["n"], d["runs"])),
-                    hovertemplate="%{x} · " + str(cat) + "<br>speed-up %{y:.2f}×<br>n=%{customdata[0]} "
+                    hovertemplate=str(s) + " · %{x}<br>speed-up %{y:.2f}×<br>n=%{customdata[0]} "
                                   "results in %{customdata[1]} run(s)<extra></extra>")
-    fig.add_hline(y=1.0, line_dash="dot", annotation_text="ar = 1.0×")
-    fig.update_layout(title=title, barmode="group", yaxis_title="speed-up (×)", legend_title="category",
-                      height=400)
+    top = max(1.0, float(g["speedup"].max()))
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text="ar = 1.0×", annotation_position="top left")
+    fig.update_layout(title=title, barmode="group", yaxis_title="speed-up (×)", legend_title="strategy",
+                      height=420, yaxis_range=[0, top * 1.22], margin={"t": 70},
+                      uniformtext={"minsize": 9, "mode": "hide"} if len(g) > 40 else None)
+    fig.update_xaxes(tickangle=0, automargin=True)
     return fig
 
 
@@ -185,12 +316,16 @@ def latency_box(df: pd.DataFrame) -> go.Figure:
                 continue
             any_data = True
             label = _stats_label(str(s), vals)
-            fig.add_trace(go.Box(y=[v * 1000 for v in vals], name=label, boxpoints=False, showlegend=False,
-                                 legendgroup=str(s)), row=1, col=col)
+            colour = strategy_colour(s)
+            # the axis shows the strategy's name, horizontally; n and the percentiles are in the hover text
+            fig.add_trace(go.Box(x=[str(s)] * len(vals), y=[v * 1000 for v in vals], name=label, boxpoints=False,
+                                 showlegend=False, legendgroup=str(s), marker_color=colour, line_color=colour,
+                                 hovertemplate=label.replace("<br>", " · ") + "<extra></extra>"),
+                          row=1, col=col)
     if not any_data:
         return _empty(title, "no latency figures in the selected rows")
-    fig.update_layout(title=title, height=460, margin={"b": 120})
-    fig.update_xaxes(tickfont={"size": 9})
+    fig.update_layout(title=title, height=440, margin={"b": 60})
+    fig.update_xaxes(tickangle=0, automargin=True, tickfont={"size": 11})
     return fig
 
 
@@ -229,6 +364,7 @@ def quality_scatter(df: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
     for s, d in p.groupby("strategy", sort=True):
         fig.add_scatter(x=d["speedup"], y=d["rouge_l_vs_ar"], mode="markers", name=f"{s} (n={len(d)})",
+                        marker={"color": strategy_colour(s), "size": 8 if len(d) < 50 else 5, "opacity": 0.75},
                         customdata=list(zip(d["run_id"], d["item_key"])),
                         hovertemplate=f"{s}<br>speed-up %{{x:.2f}}×<br>ROUGE-L %{{y:.3f}}<br>run %{{customdata[0]}}"
                                       " · %{customdata[1]}<extra></extra>")
@@ -238,24 +374,49 @@ def quality_scatter(df: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def hist_bins(values) -> dict:
+    """Bins fitted to the data: {start, end, size} for Plotly's xbins. Tokens per pass of a single strategy
+    are often all 1.00 (ar); then one narrow bin around the value, never a block from 0.8 to 1.2."""
+    vals = [float(v) for v in values if not _is_nan(v)]
+    if not vals:
+        return {"start": 0.0, "end": 1.0, "size": 0.1}
+    lo, hi = min(vals), max(vals)
+    span = hi - lo
+    if span < 1e-9:
+        size = 0.05 if abs(lo) < 10 else max(abs(lo) * 0.01, 0.05)
+        return {"start": lo - size / 2, "end": lo + size / 2, "size": size}
+    n_bins = int(min(40, max(6, math.sqrt(len(vals)) * 2)))
+    raw = span / n_bins
+    mag = 10 ** math.floor(math.log10(raw))
+    size = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    start = math.floor(lo / size) * size
+    return {"start": start, "end": start + size * (math.floor((hi - start) / size + 1e-9) + 1), "size": size}
+
+
 def tokens_per_pass_hist(df: pd.DataFrame) -> go.Figure:
-    """Histogram of tokens per target forward pass (tau), one overlaid series per strategy."""
+    """Histogram of tokens per target forward pass (tau), one overlaid series per strategy, binned to the data."""
     title = "Tokens per forward pass (τ)"
     df = _ok(df)
     if len(df) == 0:
         return _empty(title)
     if "strategy_shown" in df:
         df = df[df["strategy_shown"] | (df["strategy"] == "ar")]
+    all_vals = _num(df["tokens_per_pass"]).dropna() if "tokens_per_pass" in df else pd.Series(dtype=float)
+    if not len(all_vals):
+        return _empty(title, "no tokens-per-pass figures in the selected rows")
+    bins = hist_bins(all_vals.tolist())
     fig = go.Figure()
     for s, d in df.groupby("strategy", sort=True):
         vals = _num(d["tokens_per_pass"]).dropna()
         if len(vals):
-            fig.add_histogram(x=vals, name=f"{s} (n={len(vals)}, mean {vals.mean():.2f})", opacity=0.65,
-                              nbinsx=30)
-    if not fig.data:
-        return _empty(title, "no tokens-per-pass figures in the selected rows")
+            fig.add_histogram(x=vals, name=f"{s} (n={len(vals)}, mean {vals.mean():.2f})", opacity=0.7,
+                              xbins=bins, marker_color=strategy_colour(s), autobinx=False,
+                              hovertemplate=f"{s}<br>τ %{{x}}<br>%{{y}} result(s)<extra></extra>")
+    pad = bins["size"] * 1.5
     fig.update_layout(title=title, barmode="overlay", xaxis_title="tokens per forward pass",
-                      yaxis_title="results", height=400)
+                      yaxis_title="results", height=420, bargap=0.05, legend=_legend_below(),
+                      xaxis_range=[bins["start"] - pad, bins["end"] + pad], margin={"b": 110})
+    fig.update_yaxes(rangemode="tozero")
     return fig
 
 
@@ -495,6 +656,7 @@ def longcontext_length_chart(df: pd.DataFrame) -> go.Figure:
     for s in _strategy_order(t["strategy"]):
         d = t[t["strategy"] == s].sort_values("approx_tokens")
         fig.add_scatter(x=d["approx_tokens"], y=d["accuracy"], mode="lines+markers", name=str(s),
+                        line={"color": strategy_colour(s)}, marker={"color": strategy_colour(s)},
                         customdata=list(zip(d["correct"], d["n"])),
                         hovertemplate=f"{s}<br>~%{{x:.0f}} tokens<br>accuracy %{{y:.2f}} "
                                       "(%{customdata[0]}/%{customdata[1]})<extra></extra>")
@@ -539,6 +701,39 @@ def longcontext_heatmap(df: pd.DataFrame) -> go.Figure:
         fig.update_xaxes(title_text="depth of the key", row=1, col=i)
     fig.update_yaxes(title_text="input length (tokens)", row=1, col=1)
     fig.update_layout(title=title, height=420)
+    return fig
+
+
+# ------------------------------------------------------------------------------------- the Arena's race chart
+def race_series(lanes: dict[str, dict]) -> dict[str, tuple[list[float], list[int]]]:
+    """{strategy: (own compute time of each token group, tokens so far)} from lane snapshots (each with
+    `groups`: [{"t", "ids"}]), starting at (0, 0)."""
+    out = {}
+    for name, d in lanes.items():
+        xs, ys, n = [0.0], [0], 0
+        for g in d.get("groups") or []:
+            n += len(g.get("ids") or [])
+            xs.append(float(g["t"]))
+            ys.append(n)
+        out[name] = (xs, ys)
+    return out
+
+
+def race_chart(lanes: dict[str, dict], t_now: float | None = None) -> go.Figure:
+    """Tokens against each strategy's own compute time, one line per strategy (the Arena's live chart).
+    `t_now` (the replay's clock) extends the x axis so lines grow at their true pace."""
+    fig = go.Figure()
+    series = race_series(lanes)
+    for name, (xs, ys) in series.items():
+        c = strategy_colour(name)
+        fig.add_scatter(x=xs, y=ys, mode="lines", name=name, line={"color": c, "width": 2, "shape": "hv"},
+                        hovertemplate=f"{name}<br>%{{y}} tokens after %{{x:.2f}} s<extra></extra>")
+    x_max = max([xs[-1] for xs, _ in series.values()] + [t_now or 0.0, 0.5])
+    y_max = max([ys[-1] for _, ys in series.values()] + [4])
+    fig.update_layout(title={"text": "Tokens vs own compute time", "font": {"size": 14}}, height=280,
+                      margin={"l": 50, "r": 10, "t": 40, "b": 40}, legend=_legend_below() | {"y": -0.25},
+                      xaxis={"title": "seconds of the strategy's own compute", "range": [0, x_max * 1.05]},
+                      yaxis={"title": "tokens", "range": [0, y_max * 1.08]}, uirevision="race")
     return fig
 
 

@@ -34,6 +34,10 @@ def preview_frame(es) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["id", "category", "prompt", "turns", "reference", "chat"])
 
 
+def preview_frame_empty() -> pd.DataFrame:
+    return pd.DataFrame(columns=["id", "category", "prompt", "turns", "reference", "chat"])
+
+
 def error_markdown(err: evalsets.EvalSetError) -> str:
     head = f"**Not stored — {html.escape(err.filename or 'the file')} has {len(err.errors)} problem" \
            f"{'s' if len(err.errors) != 1 else ''}:**"
@@ -95,7 +99,7 @@ class EvalSetsTab:
     def upload(self, file):
         """Validate an uploaded file; store it only when every row is valid."""
         if file is None:
-            return "", pd.DataFrame(), gr.update()
+            return "", preview_frame_empty(), gr.update()
         path = file if isinstance(file, str) else getattr(file, "name", None) or file.get("path")
         try:
             local = not getattr(self.engine, "remote", False)
@@ -104,16 +108,35 @@ class EvalSetsTab:
                                         count_tokens=(lambda t: len(self.engine.tokenizer(t)["input_ids"]))
                                         if local else None)
         except evalsets.EvalSetError as e:
-            return error_markdown(e), pd.DataFrame(), gr.update()
+            return error_markdown(e), preview_frame_empty(), gr.update()
         set_id = self.store.save_eval_set(es, source_filename=Path(path).name)
         msg = (f"**Stored eval set #{set_id} “{html.escape(es.name)}”**: {len(es)} items "
                f"({es.format}), categories: {', '.join(es.categories)}. Showing the first "
                f"{min(len(es), PREVIEW_ROWS)} rows.")
         return msg, preview_frame(es), gr.update(choices=self.source_choices(), value=f"set:{set_id}")
 
-    def _progress_cb(self, progress):
+    def running_speedups(self, run_id) -> str:
+        """'pld 1.23× · lookahead 0.91×': each strategy's speed-up vs ar so far in the run (all categories)."""
+        from . import charts
+        df = self.store.results_dataframe(run_id, light=True)
+        t = charts.speedup_table(df)
+        if not len(t):
+            return ""
+        t = t[t["category"] == "all"] if (t["category"] == "all").any() else t
+        g = t.groupby("strategy")["speedup"].mean()
+        return " · ".join(f"{s} {charts.fmt_number(v, 'speedup')}" for s, v in g.items())
+
+    def _progress_cb(self, progress, run_id=None, n_items=None, n_per_item=None):
         def cb(count, total, desc):
-            progress((count, total), desc=desc, unit="results")
+            text = desc
+            if n_items and n_per_item:
+                done = min(n_items, count // n_per_item)
+                text = f"prompts {done}/{n_items} · {desc}"
+            if run_id is not None:
+                sp = self.running_speedups(run_id)
+                if sp:
+                    text += f" · speed-up so far: {sp}"
+            progress((count, total), desc=text, unit="results")
         return cb
 
     def run(self, source, strategies, max_new_tokens, repeats, limit, progress=gr.Progress(),
@@ -160,7 +183,9 @@ class EvalSetsTab:
         self.active_runs.add(run_id)
         progress((0, None), desc="warming up")
         try:
-            res = run_bench(self.engine, self.store, run_id, items, settings, progress=self._progress_cb(progress),
+            per_item = max(1, len(set(["ar", *settings.strategies]))) * max(1, int(settings.repeats))
+            cb = self._progress_cb(progress, run_id, len(items), per_item)
+            res = run_bench(self.engine, self.store, run_id, items, settings, progress=cb,
                             should_stop=flag.is_set, resume=resume)
         except Exception as e:
             self.store.finish_run(run_id, "failed", error=f"{type(e).__name__}: {e}")
@@ -173,8 +198,10 @@ class EvalSetsTab:
         verb = "Resumed" if resume else "Ran"
         msg = (f"**{verb} run #{run_id}: {status}.** {res['stored']} results stored now, {res['skipped']} were "
                f"already stored, {res['total']} in all." +
-               (" It can be resumed below." if res["stopped"] else " See the Dashboard for charts."))
-        return msg, pd.DataFrame(rows), gr.update(choices=self.resumable(), value=None)
+               (" It can be resumed below." if res["stopped"] else
+                f" Its charts: the **Dashboard** tab (pick run #{run_id} under *Runs*)."))
+        from . import charts
+        return msg, charts.summary_frame(rows), gr.update(choices=self.resumable(), value=None)
 
     def stop(self, request: gr.Request = None):
         session = getattr(request, "session_hash", None) or "default"
@@ -200,22 +227,24 @@ class EvalSetsTab:
                              type="filepath", elem_id="pd-upload", scale=1)
             with gr.Column(scale=2):
                 upload_msg = gr.Markdown("", elem_id="pd-upload-msg")
-                preview = gr.Dataframe(label="Preview (first rows)", interactive=False, wrap=True,
-                                       elem_id="pd-preview")
+                preview = gr.Dataframe(preview_frame_empty(), label="Preview (first rows)", interactive=False,
+                                       wrap=True, elem_id="pd-preview")
         with gr.Row():
             source = gr.Dropdown(self.source_choices(), label="Eval set or built-in suite", scale=2, allow_custom_value=True,
                                  elem_id="pd-source")
             strategies = gr.CheckboxGroup(available, value=[n for n in ("ar", "pld") if n in names] or names[:1],
                                           label="Strategies (ar always runs: it is the reference)", scale=3)
         with gr.Row():
-            max_new = gr.Slider(1, 1024, value=64, step=1, label="Max new tokens")
+            max_new = gr.Slider(1, 1024, value=64, step=1, label="Max new tokens", elem_id="pd-bench-max-new")
             repeats = gr.Slider(1, 10, value=1, step=1, label="Repeats")
             limit = gr.Number(0, precision=0, minimum=0, label="Only the first N prompts (0 = all)")
         with gr.Row():
             run_btn = gr.Button("Run benchmark", variant="primary", elem_id="pd-bench-run")
             stop_btn = gr.Button("Stop", variant="stop", elem_id="pd-bench-stop")
         bench_msg = gr.Markdown("", elem_id="pd-bench-msg")
-        results = gr.Dataframe(label="Results (per category and strategy)", interactive=False)
+        from . import charts
+        results = gr.Dataframe(charts.summary_frame([]), label="Results (per category and strategy)",
+                               interactive=False, wrap=True, elem_id="pd-bench-results")
         with gr.Row():
             unfinished = gr.Dropdown(self.resumable(), label="Unfinished runs", scale=3, allow_custom_value=True, elem_id="pd-unfinished")
             resume_btn = gr.Button("Resume", scale=1, elem_id="pd-resume")
@@ -223,12 +252,13 @@ class EvalSetsTab:
 
         upload.upload(self.upload, [upload], [upload_msg, preview, source], api_name="upload_evalset",
                       concurrency_limit=None)
-        run_btn.click(self.run, [source, strategies, max_new, repeats, limit], [bench_msg, results, unfinished],
-                      api_name="run_bench", concurrency_id="engine", concurrency_limit=1)
-        resume_btn.click(self.resume, [unfinished], [bench_msg, results, unfinished], api_name="resume_bench",
+        run_ev = run_btn.click(self.run, [source, strategies, max_new, repeats, limit],
+                               [bench_msg, results, unfinished], api_name="run_bench", concurrency_id="engine",
+                               concurrency_limit=1)
+        resume_ev = resume_btn.click(self.resume, [unfinished], [bench_msg, results, unfinished], api_name="resume_bench",
                          concurrency_id="engine", concurrency_limit=1)
         stop_btn.click(self.stop, None, [bench_msg], api_name="stop_bench", concurrency_limit=None)
         refresh_btn.click(self.refresh, None, [source, unfinished], api_name="refresh_evalsets",
                           concurrency_limit=None)
         return {"upload": upload, "source": source, "unfinished": unfinished, "refresh": self.refresh,
-                "lists": [source, unfinished]}
+                "lists": [source, unfinished], "ended": [run_ev, resume_ev]}
