@@ -62,7 +62,45 @@ def speed(engine, max_new_tokens: int = 64) -> dict:
     return {"ar_tokens_per_s": round(sum(rates) / len(rates), 2), "ar_tpot_ms": round(1000 * sorted(tpots)[1], 1)}
 
 
-def measure(dtype: str = "auto") -> dict:
+STORAGE_PROMPTS = [("Write a Python function that checks whether a string is a palindrome.", True),
+                   ("Explain in two sentences what a context manager is in Python.", True),
+                   ("Translate into French: The library is closed on Sundays.", True),
+                   ("A train travels 120 km in 1.5 hours. What is its average speed? Answer briefly.", True),
+                   ("Give three tips for writing good commit messages.", True),
+                   ("def read_lines(path):\n    \"\"\"Return the lines of a text file.\"\"\"\n", False)]
+
+
+def compare_storage(engine, max_new_tokens: int = 64) -> str:
+    """Does storing the dequantized weights in bf16 (what setup writes) instead of fp32 change the outputs?
+    The fp32 weights come straight from the GGUF; both are computed in fp32, greedy, on STORAGE_PROMPTS."""
+    import tempfile
+
+    from transformers import AutoModelForCausalLM
+
+    from . import provision
+    from .engine import Engine
+    from .strategies import Request, get
+    with tempfile.TemporaryDirectory(dir=provision.MODELS) as tmp:
+        gguf = Path(tmp) / "model.gguf"
+        provision.assemble(provision.find_parts(), gguf)
+        fp32 = AutoModelForCausalLM.from_pretrained(tmp, gguf_file=gguf.name, dtype=torch.float32).eval()
+    ref = Engine(fp32, engine.tokenizer, name="fp32-stored")
+    b16 = dict(engine.model.named_parameters())
+    rel = [float((v.detach() - b16[k].detach().float()).norm() / v.detach().norm()) for k, v in fp32.named_parameters()]
+    same, firsts = 0, []
+    for prompt, chat in STORAGE_PROMPTS:
+        req = Request(prompt=prompt, chat=chat, max_new_tokens=max_new_tokens, ignore_eos=True)
+        a = [t for s in get("ar").stream(engine, req) for t in s.token_ids]
+        b = [t for s in get("ar").stream(ref, req) for t in s.token_ids]
+        d = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+        same += d is None
+        firsts.append(d)
+    return (f"greedy outputs identical on {same} of {len(STORAGE_PROMPTS)} prompts x {max_new_tokens} tokens "
+            f"(first differences {firsts}); weights differ by {100 * sum(rel) / len(rel):.2f}% relative L2 "
+            "on average (both computed in fp32)")
+
+
+def measure(dtype: str = "auto", storage: bool = True) -> dict:
     from . import provision
     from .engine import Engine
     from .roofline import read_bandwidth
@@ -70,6 +108,7 @@ def measure(dtype: str = "auto") -> dict:
     qwen = Engine.load(None, dtype=dtype)
     q = bits_per_byte(qwen, text, window=1024)
     s = speed(qwen)
+    stored = compare_storage(Engine.load(None, dtype="float32")) if storage else None
     tiny = Engine.load("paradec-tiny", dtype="float32")
     t = bits_per_byte(tiny, text, window=512)
     del tiny
@@ -85,6 +124,8 @@ def measure(dtype: str = "auto") -> dict:
                        f"{str(qwen.dtype).replace('torch.', '')}, batch 1, 64 new tokens, 3 chat prompts",
         "memory-read bandwidth": f"{read_bandwidth(qwen.device):.1f} GB/s",
     }
+    if stored:
+        figures["bf16 storage vs fp32"] = stored
     provision.FIGURES.write_text(json.dumps(figures, indent=1) + "\n")
     card = provision.default_dir() / "README.md"
     info = json.loads((provision.default_dir() / provision.MARKER).read_text())

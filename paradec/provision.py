@@ -248,6 +248,7 @@ def main(argv=None) -> int:
     m = sub.add_parser("measure", help="perplexity on held-out text and tokens/s, against paradec-tiny; "
                                        f"writes {FIGURES.relative_to(ROOT)} and the card")
     m.add_argument("--dtype", default="auto")
+    m.add_argument("--no-storage-check", action="store_true", help="skip the bf16-vs-fp32 storage comparison")
     args = p.parse_args(argv)
     try:
         if args.cmd == "setup":
@@ -256,7 +257,7 @@ def main(argv=None) -> int:
             print(ensure_default())
         elif args.cmd == "measure":
             from .model_measure import measure
-            figures = measure(dtype=args.dtype)
+            figures = measure(dtype=args.dtype, storage=not args.no_storage_check)
             print(json.dumps(figures, indent=1))
     except ProvisionError as e:
         print(f"error: {e}", file=sys.stderr)
