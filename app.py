@@ -42,14 +42,20 @@ def build_app(engine, store) -> gr.Blocks:
                     f"{desc['dtype']} · {desc['parameters']:,} parameters")
         with gr.Tabs():
             with gr.Tab("Arena", id="arena"):
-                arena.build()
+                a = arena.build()
             with gr.Tab("Eval sets", id="evals") as evals_tab:
                 e = evals.build()
             with gr.Tab("Dashboard", id="dashboard") as dash_tab:
                 d = dash.build()
         evals_tab.select(e["refresh"], None, e["lists"], api_visibility="undocumented", concurrency_limit=None)
-        dash_tab.select(d["refresh"], None, d["refresh_outputs"], api_visibility="undocumented",
-                        concurrency_limit=None)
+        # the Dashboard draws the latest runs when the page loads, when its tab opens and when a run ends
+        open_fn, open_in, open_out = d["open"]
+        for trigger in (dash_tab.select, demo.load):
+            trigger(open_fn, open_in, open_out, api_visibility="undocumented", concurrency_limit=None,
+                    show_progress="hidden")
+        for ev in a["ended"] + e["ended"]:
+            ev.then(open_fn, open_in, open_out, api_visibility="undocumented", concurrency_limit=None,
+                    show_progress="hidden")
         demo.unload(arena.unload)
     demo.queue(default_concurrency_limit=1)
     return demo

@@ -401,7 +401,8 @@ def test_chart_functions_on_a_frame():
     pld_code = t[(t.strategy == "pld") & (t.category == "code") & (t.run_id == 1)]["speedup"].iloc[0]
     assert pld_code == pytest.approx(1.8)
     fig = charts.speedup_bar(df)
-    assert {tr.name for tr in fig.data} == {"code", "prose", "all"}
+    assert {tr.name for tr in fig.data} == {"pld", "sot"}          # one colour per strategy, categories on x
+    assert {c for tr in fig.data for c in tr.x} == {"code", "prose", "all"}
     lat = charts.latency_box(df)
     assert len(lat.data) == 9 and all("p90=" in tr.name for tr in lat.data)
     sc = charts.quality_scatter(df)

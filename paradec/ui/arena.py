@@ -20,14 +20,76 @@ from ..bench import BenchSettings, environment
 from ..metrics import figures as step_figures
 from ..race import Race, first_divergence
 from ..strategies import REGISTRY, Request, RequestError, get, length_check_engine, load_all
+from . import charts
 
 MAX_COLUMNS = 8
 FRAME_S = 1 / 15            # at most ~15 updates a second
+CHART_S = 0.5               # the live chart is redrawn at most twice a second
 SHADES = ("#cfe3ff", "#ffe2b8")   # alternate backgrounds of multi-token groups
 DEFAULT_PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
 
 
-# ---------------------------------------------------------------------------------------------- helpers
+# a short "what it does" per strategy, shown beside its checkbox
+HINTS = {
+    "ar": "one token per forward pass: the baseline every column is compared with",
+    "sps": "a small draft model proposes tokens, the target checks them in one pass",
+    "pld": "copies n-grams from the prompt and checks them in one pass",
+    "lookahead": "Jacobi iterations guess n-grams, checked in the same pass",
+    "ptp": "a trained drafter predicts a block of tokens at once",
+    "sot": "a skeleton first, then all points written in one batch",
+    "sot-seq": "SoT's baseline: the same points written one after another",
+    "sot-r": "SoT for list-style questions only (a router), ar otherwise",
+    "lud": "trained pad slots guess the next tokens; confident ones are kept",
+    "pcw": "a long prompt as parallel context windows",
+    "focus": "a long prompt as a batch of chunks with trained candidate tokens",
+    "hf-generate": "transformers' own generate: the peer of ar",
+    "hf-assisted": "transformers' assisted generation with the draft model",
+    "hf-pld": "transformers' prompt lookup",
+    "vllm-spec": "vLLM's own speculative decoding",
+}
+GROUPS = (("lossless", "Lossless — the same tokens as ar"), ("lossy", "Lossy — quality measured against ar"),
+          ("peers", "Peers — transformers / vLLM doing the same job"))
+
+
+def strategy_group(name: str, lossless: bool) -> str:
+    if name.startswith(("hf-", "vllm")):
+        return "peers"
+    return "lossless" if lossless else "lossy"
+
+
+def grouped_catalogue(engine) -> dict[str, dict[str, list]]:
+    """{group: {"available": [(label, name)], "unavailable": [(name, hint, why)]}} in registry order, groups
+    lossless · lossy · peers; a label is "name — what it does"."""
+    ok, bad = strategy_catalogue(engine)
+    lossless = {}
+    if getattr(engine, "remote", False):
+        lossless = {d["name"]: bool(d.get("lossless")) for d in engine.catalogue()}
+    out = {g: {"available": [], "unavailable": []} for g, _ in GROUPS}
+
+    def info(name):
+        if name in REGISTRY:
+            return get(name).lossless, HINTS.get(name, get(name).title)
+        return lossless.get(name, True), HINTS.get(name, name)
+    for _, name in ok:
+        ll, hint = info(name)
+        out[strategy_group(name, ll)]["available"].append((f"{name} — {hint}", name))
+    for name, why in bad:
+        ll, hint = info(name)
+        out[strategy_group(name, ll)]["unavailable"].append((name, hint, why))
+    return out
+
+
+def unavailable_html(rows: list[tuple[str, str, str]]) -> str:
+    """Greyed entries for strategies that cannot run here, each with why (and the command that fixes it)."""
+    if not rows:
+        return ""
+    items = "".join(f'<li class="pd-unavail-item" data-strategy="{html.escape(n)}"><s>{html.escape(n)}</s> — '
+                    f'{html.escape(hint)}<br><span class="pd-why">unavailable: {html.escape(why)}</span></li>'
+                    for n, hint, why in rows)
+    return (f'<ul class="pd-unavailable" style="opacity:.6;font-size:12px;margin:2px 0 6px 0;padding-left:16px;'
+            f'overflow-wrap:anywhere">{items}</ul>')
+
+
 def strategy_catalogue(engine) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """([(label, name)] available, [(name, why + command)] unavailable), in registry order."""
     load_all()
@@ -101,7 +163,7 @@ def _groups_html(groups: list[dict]) -> str:
 
 def _text_block(d: dict) -> str:
     style = ("white-space:pre-wrap;word-break:break-word;font-family:ui-monospace,monospace;font-size:13px;"
-             "line-height:1.45;min-height:6em;max-height:26em;overflow:auto;padding:6px;"
+             "line-height:1.45;min-height:6em;max-height:18em;overflow:auto;padding:6px;"
              "background:var(--background-fill-secondary,#fafafa);border-radius:6px")
     groups = d.get("groups", [])
     segs = sorted({g["segment"] for g in groups})
@@ -149,6 +211,41 @@ def _check_line(name: str, d: dict, ar: dict | None) -> str:
     return '<div class="pd-check" style="color:#555">identical to ar so far</div>'
 
 
+def steps_histogram(groups: list[dict]) -> str:
+    """After the race: how many steps brought 1, 2, 3… tokens (the column's acceptance at a glance)."""
+    counts: dict[int, int] = {}
+    for g in groups:
+        n = len(g.get("ids") or [])
+        if n:
+            counts[n] = counts.get(n, 0) + 1
+    if not counts:
+        return ""
+    top = max(counts.values())
+    rows = "".join(
+        f'<span style="text-align:right">{k}</span><span style="display:flex;align-items:center;gap:4px">'
+        f'<span style="display:inline-block;height:9px;width:{max(2, round(100 * v / top))}%;max-width:calc(100% - 3em);'
+        f'background:#1f6feb;border-radius:2px"></span><span>{v}</span></span>' for k, v in sorted(counts.items()))
+    return (f'<div class="pd-hist" style="font-size:11px;margin-top:6px"><div style="color:#666">tokens per step '
+            f'(steps)</div><div style="display:grid;grid-template-columns:2.2em 1fr;gap:1px 6px">{rows}</div></div>')
+
+
+COPY_BUTTON = ('<button class="pd-copy" type="button" title="copy this column\'s text" style="font-size:11px;'
+               'padding:0 6px;border:1px solid var(--border-color-primary,#ccc);border-radius:4px;'
+               'background:transparent;cursor:pointer">copy</button>')
+# one listener per column (gradio's js_on_load): the copy button puts the column's text on the clipboard
+COPY_JS = """
+element.addEventListener('click', (e) => {
+  const b = e.target.closest('.pd-copy'); if (!b) return;
+  const col = b.closest('.pd-col'); const src = col && col.querySelector('.pd-answer');
+  const text = src ? src.textContent : '';
+  const done = () => { b.textContent = 'copied'; setTimeout(() => { b.textContent = 'copy'; }, 1200); };
+  if (navigator.clipboard && window.isSecureContext) { navigator.clipboard.writeText(text).then(done, done); }
+  else { const t = document.createElement('textarea'); t.value = text; document.body.appendChild(t); t.select();
+         try { document.execCommand('copy'); } catch (err) {} t.remove(); done(); }
+});
+"""
+
+
 STATUS_BADGE = {"waiting": ("#777", "waiting"), "running": ("#1f6feb", "running"), "done": ("#0a7a2f", "done"),
                 "stopped": ("#8a5a00", "stopped"), "error": ("#b00020", "error")}
 
@@ -178,15 +275,24 @@ def render_column(name: str, d: dict, ar: dict | None, note: str = "") -> str:
     extra = ""
     if info.get("fallback"):
         extra = f'<div style="color:#8a5a00;font-size:12px">fallback: {html.escape(str(info["fallback"]))}</div>'
+    ended = d.get("status") in ("done", "stopped")
+    hist = steps_histogram(d.get("groups") or []) if ended else ""
+    text = d.get("text") or "".join(g["text"] for g in d.get("groups") or [])   # (SoT stopped in its skeleton)
+    copy = COPY_BUTTON if text else ""
+    answer = f'<span class="pd-answer" hidden>{html.escape(text)}</span>' if copy else ""
+    dot = (f'<span style="display:inline-block;width:9px;height:9px;border-radius:50%;'
+           f'background:{charts.strategy_colour(name)};margin-right:4px"></span>')
     return (f'<div class="pd-col" data-strategy="{html.escape(name)}" data-status="{html.escape(d.get("status", ""))}"'
-            ' style="border:1px solid var(--border-color-primary,#ddd);border-radius:8px;padding:8px">'
-            f'<div style="display:flex;justify-content:space-between;align-items:baseline;gap:6px">'
-            f'<div><b>{html.escape(name)}</b> <span style="color:#666;font-size:12px">{html.escape(title)}</span></div>'
-            f'<span class="pd-status" style="color:{color};font-size:12px">{html.escape(label)}</span></div>'
-            f'{_text_block(d)}{extra}{err}'
+            ' style="border:1px solid var(--border-color-primary,#ddd);border-radius:8px;padding:8px;min-width:0">'
+            f'<div style="display:flex;justify-content:space-between;align-items:baseline;gap:6px;flex-wrap:wrap">'
+            f'<div style="min-width:0;overflow-wrap:anywhere">{dot}<b>{html.escape(name)}</b> '
+            f'<span style="color:#666;font-size:12px">{html.escape(title)}</span></div>'
+            f'<span style="display:flex;gap:6px;align-items:baseline">{copy}'
+            f'<span class="pd-status" style="color:{color};font-size:12px">{html.escape(label)}</span></span></div>'
+            f'{_text_block(d)}{answer}{extra}{err}'
             f'<div class="pd-figs" style="display:grid;grid-template-columns:1fr auto;gap:1px 10px;font-size:12px;'
             f'margin-top:6px">{figs}</div>'
-            f'{_check_line(name, d, ar)}{note}</div>')
+            f'{_check_line(name, d, ar)}{hist}{note}</div>')
 
 
 def render_all(snap: dict[str, dict]) -> list[str]:
@@ -288,7 +394,8 @@ class Arena:
         names = list(strategies or [])[:MAX_COLUMNS]
         ups = [gr.update(visible=i < len(names), value=_waiting(names[i]) if i < len(names) else "")
                for i in range(MAX_COLUMNS)]
-        return ups + ["Waiting for the engine (other sessions' races run first)…"]
+        chart = charts.race_chart({n: {"groups": []} for n in names})
+        return ups + ["Waiting for the engine (other sessions' races run first)…", chart]
 
     def race(self, prompt, mode, strategies, max_new_tokens, temperature, top_p, seed, request: gr.Request = None,
              *param_texts):
@@ -325,7 +432,7 @@ class Arena:
         threading.Thread(target=self._save, args=(race, settings), name="paradec-race-save", daemon=True).start()
         t0 = time.perf_counter()
         race.start()
-        last = 0.0
+        last = last_chart = 0.0
         try:
             while True:
                 try:
@@ -338,14 +445,17 @@ class Arena:
                     self.saved[id(race)].wait(30)
                 if done or now - last >= FRAME_S:
                     last = now
-                    yield self._frame(race, names, now - t0)
+                    chart = done or now - last_chart >= CHART_S
+                    if chart:
+                        last_chart = now
+                    yield self._frame(race, names, now - t0, chart=chart)
                 if done:
                     return
         finally:
             if not race.finished.is_set():      # the handler was cancelled or the page went away
                 race.stop()
 
-    def _frame(self, race: Race, names: list[str], elapsed: float):
+    def _frame(self, race: Race, names: list[str], elapsed: float, chart: bool = True):
         snap = race.snapshot()
         cols = render_all({n: snap[n] for n in names})
         ups = [gr.update(visible=True, value=cols[i]) if i < len(cols) else gr.update(visible=False)
@@ -355,7 +465,8 @@ class Arena:
                                             "finish_reason", "error", "text")} for n in names}
         rid = self.run_ids.get(id(race))
         return ups + [self._status(race, elapsed), {"run_id": rid, "finished": race.finished.is_set(),
-                                                      "lanes": figs}]
+                                                      "lanes": figs},
+                      charts.race_chart({n: snap[n] for n in names}) if chart else gr.update()]
 
     def stop(self, request: gr.Request = None):
         """Stop the session's race between steps (the model work really stops)."""
@@ -372,7 +483,7 @@ class Arena:
         session = getattr(request, "session_hash", None) or "default"
         race = self.races.get(session)
         if race is None:
-            return [gr.update() for _ in range(MAX_COLUMNS)] + ["Nothing is running.", gr.update()]
+            return [gr.update() for _ in range(MAX_COLUMNS)] + ["Nothing is running.", gr.update(), gr.update()]
         race.wait(30)
         self.saved.get(id(race), threading.Event()).wait(30)
         started = race.started_at or time.time()
@@ -391,14 +502,20 @@ class Arena:
         sched = race.replay_schedule()
         end = max((t for t, _, _ in sched), default=0.0)
         t0 = time.perf_counter()
+        last_chart = -1.0
         while True:
-            t = (time.perf_counter() - t0) * speed
+            now = time.perf_counter()
+            t = (now - t0) * speed
             snap = _replay_snapshot(race, t)
             cols = render_all(snap)
             ups = [gr.update(visible=True, value=cols[i]) if i < len(cols) else gr.update(visible=False)
                    for i in range(MAX_COLUMNS)]
+            chart = gr.update()
+            if t >= end or now - last_chart >= CHART_S:      # the lines grow at each strategy's measured pace
+                last_chart = now
+                chart = charts.race_chart(snap, t_now=min(t, end))
             yield ups + [f"Replay at {speed:g}× · t = {min(t, end):.2f} s of compute time (each column on its "
-                         f"own clock)", gr.update()]
+                         f"own clock)", gr.update(), chart]
             if t >= end:
                 return
             time.sleep(FRAME_S)
@@ -414,58 +531,80 @@ class Arena:
     def build(self):
         avail_names = [v for _, v in self.available]
         default = [n for n in ("ar", "pld", "lookahead") if n in avail_names] or avail_names[:2]
-        with gr.Row():
-            with gr.Column(scale=3):
-                prompt = gr.Textbox(label="Prompt", value=DEFAULT_PROMPT, lines=4, elem_id="pd-prompt")
-                mode = gr.Radio(["chat", "raw completion"], value="chat", label="Mode",
+        groups = grouped_catalogue(self.engine)
+        with gr.Row(equal_height=False, elem_id="pd-arena"):
+            # left: the controls, compact; right: the race itself, at the top of the page
+            with gr.Column(scale=1, min_width=340, elem_id="pd-controls"):
+                prompt = gr.Textbox(label="Prompt", value=DEFAULT_PROMPT, lines=3, max_lines=12, elem_id="pd-prompt")
+                mode = gr.Radio(["chat", "raw completion"], value="chat", label="Mode", elem_id="pd-mode",
                                 info="chat applies the model's chat template; raw completion continues the text")
-            with gr.Column(scale=2):
-                strategies = gr.CheckboxGroup(self.available, value=default, label="Strategies",
+                with gr.Row():
+                    run_btn = gr.Button("Run", variant="primary", elem_id="pd-run", min_width=60)
+                    stop_btn = gr.Button("Stop", variant="stop", elem_id="pd-stop", min_width=60)
+                    replay_btn = gr.Button("Replay", elem_id="pd-replay", min_width=60)
+                max_new = gr.Slider(1, 1024, value=128, step=1, label="Max new tokens", elem_id="pd-max-new")
+                boxes_by_group = []
+                for key, title in GROUPS:
+                    g = groups[key]
+                    if not g["available"] and not g["unavailable"]:
+                        continue
+                    names = [v for _, v in g["available"]]
+                    box = gr.CheckboxGroup(g["available"], value=[n for n in default if n in names], label=title,
+                                           elem_id=f"pd-strategies-{key}", elem_classes=["pd-strategy-group"],
+                                           visible=bool(g["available"]))
+                    boxes_by_group.append(box)
+                    if g["unavailable"]:
+                        gr.HTML(unavailable_html(g["unavailable"]), elem_id=f"pd-unavailable-{key}")
+                # the race reads one list: the union of the groups' ticks (kept in sync, also the API's input)
+                strategies = gr.CheckboxGroup(self.available, value=default, label="Strategies", visible="hidden",
                                               elem_id="pd-strategies")
-                if self.unavailable:
-                    gr.Markdown("<span style='opacity:.6'>Unavailable with this model:<br>" + "<br>".join(
-                        f"☐ <s>{html.escape(n)}</s> — {html.escape(why)}" for n, why in self.unavailable) +
-                        "</span>", elem_id="pd-unavailable")
-        with gr.Row():
-            max_new = gr.Slider(1, 1024, value=128, step=1, label="Max new tokens", elem_id="pd-max-new")
-            temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
-            top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
-            seed = gr.Number(0, precision=0, minimum=0, label="Seed")
-        with gr.Accordion("Strategy parameters (JSON per strategy)", open=False):
-            boxes = []
-            for n in self.param_names:
-                help_ = "; ".join(f"{k}: {p.help}" for k, p in get(n).params.items() if p.help)
-                boxes.append(gr.Textbox(default_params_json(n), label=f"{n} — {get(n).title}", info=help_,
-                                        lines=1, max_lines=4))
-        with gr.Row():
-            run_btn = gr.Button("Run", variant="primary", elem_id="pd-run")
-            stop_btn = gr.Button("Stop", variant="stop", elem_id="pd-stop")
-            replay_btn = gr.Button("Replay", elem_id="pd-replay")
-            speed = gr.Number(1.0, label="Replay speed (×)", minimum=0.01, maximum=100, scale=0, min_width=120)
-        status = gr.Markdown("", elem_id="pd-race-status")
-        with gr.Row(equal_height=False):
-            cols = [gr.HTML("", visible=False, elem_id=f"pd-col-{i}", elem_classes=["pd-slot"], min_width=220)
-                    for i in range(MAX_COLUMNS)]
-        with gr.Accordion("Race figures (JSON)", open=False):
-            figures_json = gr.JSON(label="figures", elem_id="pd-race-json")
-        gr.Markdown("<small>Every column's figures are its own compute time (the race runner times each "
-                    "step alone, device synchronised), so they are what the strategy would take alone. "
-                    "Shaded text: tokens that arrived together in one multi-token step. Every race is saved "
-                    "as a run when it ends or is stopped.</small>")
+                with gr.Accordion("Sampling and replay", open=False):
+                    temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
+                    top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+                    seed = gr.Number(0, precision=0, minimum=0, label="Seed")
+                    speed = gr.Number(1.0, label="Replay speed (×)", minimum=0.01, maximum=100)
+                with gr.Accordion("Strategy parameters (JSON per strategy)", open=False):
+                    boxes = []
+                    for n in self.param_names:
+                        help_ = "; ".join(f"{k}: {p.help}" for k, p in get(n).params.items() if p.help)
+                        boxes.append(gr.Textbox(default_params_json(n), label=f"{n} — {get(n).title}", info=help_,
+                                                lines=1, max_lines=4))
+            with gr.Column(scale=3, elem_id="pd-race"):
+                status = gr.Markdown("Pick strategies on the left and press **Run**: each gets a column here.",
+                                     elem_id="pd-race-status")
+                with gr.Row(equal_height=False, elem_id="pd-columns"):
+                    cols = [gr.HTML("", visible=False, elem_id=f"pd-col-{i}", elem_classes=["pd-slot"],
+                                    min_width=200, js_on_load=COPY_JS) for i in range(MAX_COLUMNS)]
+                chart = gr.Plot(charts.race_chart({}), label="Tokens vs own compute time", show_label=False,
+                                elem_id="pd-race-chart")
+                gr.Markdown("<small>Every column's figures are its own compute time (the race runner times each "
+                            "step alone, device synchronised), so they are what the strategy would take alone. "
+                            "Shaded text: tokens that arrived together in one multi-token step. Every race is "
+                            "saved as a run when it ends or is stopped.</small>")
+                with gr.Accordion("Race figures (JSON)", open=False):
+                    figures_json = gr.JSON(label="figures", elem_id="pd-race-json")
 
-        outs = cols + [status, figures_json]
-        prep = run_btn.click(self.prepare, [strategies], cols + [status], queue=False, api_visibility="undocumented")
+        def merge(*ticked):
+            picked = {n for t in ticked for n in (t or [])}
+            return [n for n in avail_names if n in picked]
+        for box in boxes_by_group:
+            box.change(merge, boxes_by_group, [strategies], queue=False, api_visibility="undocumented")
+
+        outs = cols + [status, figures_json, chart]
+        prep = run_btn.click(self.prepare, [strategies], cols + [status, chart], queue=False,
+                             api_visibility="undocumented")
         race_ev = prep.then(self.race, [prompt, mode, strategies, max_new, temperature, top_p, seed, *boxes], outs,
                             api_name="race", concurrency_id="engine", concurrency_limit=1,
                             show_progress="minimal")
         stop_ev = stop_btn.click(self.stop, None, [status], api_name="stop", concurrency_limit=None,
                                  cancels=[race_ev], queue=True)
-        stop_ev.then(self.after_stop, None, outs, api_name="after_stop", concurrency_limit=None)
+        after = stop_ev.then(self.after_stop, None, outs, api_name="after_stop", concurrency_limit=None)
         replay_btn.click(self.replay, [speed], outs, api_name="replay", concurrency_limit=None,
                          show_progress="hidden")
         return {"prompt": prompt, "mode": mode, "strategies": strategies, "max_new_tokens": max_new,
                 "temperature": temperature, "top_p": top_p, "seed": seed, "param_boxes": boxes, "columns": cols,
-                "status": status, "figures": figures_json}
+                "status": status, "figures": figures_json, "chart": chart, "strategy_groups": boxes_by_group,
+                "ended": [race_ev, after]}
 
 
 def settings_dict(settings: BenchSettings) -> dict:
