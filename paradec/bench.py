@@ -74,6 +74,85 @@ def items_from_evalset(es) -> list[BenchItem]:
             for it in es.items]
 
 
+class ResumeError(ValueError):
+    """A run cannot be resumed; the message says why."""
+
+
+def resume_plan(store, run: dict) -> tuple[BenchSettings, list[BenchItem]]:
+    """The settings and items to resume a stored benchmark run with, whoever made it: `bench` (its eval set is
+    stored: `eval_set_id`) or the Eval sets tab (`settings.source`: 'suite:NAME' or 'set:ID'); `settings.limit`
+    cuts the items as the run did. Raises ResumeError for a race run or a run that says too little."""
+    from dataclasses import fields
+
+    from .evalsets import EvalSetError, load_suite
+    st = run.get("settings") or {}
+    raw = st.get("bench") if isinstance(st, dict) else None
+    if run.get("kind") not in ("bench", "eval") or not isinstance(raw, dict):
+        raise ResumeError(f"run {run.get('id')} is a {run.get('kind')} run, not a benchmark; only runs of "
+                          "`bench` or of the Eval sets tab can be resumed")
+    known = {f.name for f in fields(BenchSettings)}
+    try:
+        settings = BenchSettings(**{k: v for k, v in raw.items() if k in known})
+    except TypeError as e:
+        raise ResumeError(f"run {run.get('id')} cannot be resumed: its settings are incomplete ({e})") from None
+    kind, _, key = str(st.get("source") or "").partition(":")
+    if run.get("eval_set_id"):
+        items = items_from_store(store, run["eval_set_id"])
+    elif kind == "suite":
+        try:
+            items = items_from_evalset(load_suite(key))
+        except EvalSetError as e:
+            raise ResumeError(f"run {run.get('id')} cannot be resumed: {e}") from None
+    elif kind == "set" and key.isdigit() and store.get_eval_set(int(key)) is not None:
+        items = items_from_store(store, int(key))
+    else:
+        raise ResumeError(f"run {run.get('id')} cannot be resumed: it does not say which eval set it ran, or "
+                          "that set has been deleted")
+    limit = st.get("limit") or 0
+    limit = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else 0
+    return settings, items[:limit] if limit else items
+
+
+def too_long(engine, items: list[BenchItem], max_new_tokens: int, strategies: list[str], limit: int = 10) -> list[str]:
+    """Items that cannot fit the model's context as the run would send them: the chat-templated conversation up
+    to each turn (earlier answers counted at max_new_tokens each) plus max_new_tokens. [] when every item fits,
+    or when a strategy of the run reads long prompts itself (pcw, focus) or the engine is remote."""
+    from .strategies import length_check_engine
+    eng = length_check_engine(engine, list(strategies))
+    if eng is None:
+        return []
+    out = []
+    for it in items:
+        msgs: list[dict] = []
+        for t, text in enumerate(it.turns):
+            msgs.append({"role": "user", "content": text})
+            req = Request(prompt=text, messages=list(msgs) if len(it.turns) > 1 else None, chat=it.chat)
+            n = len(eng.encode(req)) + (t + 1) * max_new_tokens
+            if n > eng.context_length:
+                out.append(f"item {it.item_id} (turn {t + 1}): {n - (t + 1) * max_new_tokens} prompt tokens with "
+                           f"the chat template + {(t + 1) * max_new_tokens} new > the model's context of "
+                           f"{eng.context_length}")
+                break
+            msgs.append({"role": "assistant", "content": ""})
+        if len(out) >= limit:
+            break
+    return out
+
+
+def check_params(strategies: list[str], params) -> dict:
+    """{strategy: {param: value}} checked before a benchmark starts: an object of objects, for strategies of
+    the run, with known parameters of valid values. Raises RequestError."""
+    from .strategies import RequestError
+    if not isinstance(params, dict) or not all(isinstance(v, dict) for v in params.values()):
+        raise RequestError('params must be a JSON object like {"pld": {"max_ngram": 3}}')
+    extra = sorted(set(params) - set(strategies))
+    if extra:
+        raise RequestError(f"params given for strategies not in the run: {', '.join(extra)}")
+    for name, given in params.items():
+        get(name).resolve_params(Request(prompt="", params=dict(given)))
+    return params
+
+
 def effective_params(name: str, given: dict | None) -> dict:
     """The parameters a strategy runs with: its defaults, overridden by `given` (stored with every result, so a
     sweep over one parameter can be charted). A strategy not registered here (a remote server's own) keeps
@@ -212,6 +291,11 @@ def table(df) -> list[dict]:
     return rows
 
 
+def _cell(v) -> str:
+    """Text for one Markdown table cell: a `|` or a line break in a category or name cannot break the table."""
+    return " ".join(str(v).split()).replace("\\", "\\\\").replace("|", "\\|")
+
+
 def markdown(rows: list[dict], title: str = "") -> str:
     def f(v, fmt):
         return "–" if v is None or v != v else format(v, fmt)
@@ -219,7 +303,7 @@ def markdown(rows: list[dict], title: str = "") -> str:
             "ROUGE-L vs ar | ROUGE-L vs ref | perplexity | lossless mismatches | n |\n"
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     body = "".join(
-        f"| {r['category']} | {r['strategy']} | {f(r['speedup'], '.2f')}× | {f(r['e2e_speedup'], '.2f')}× | "
+        f"| {_cell(r['category'])} | {_cell(r['strategy'])} | {f(r['speedup'], '.2f')}× | {f(r['e2e_speedup'], '.2f')}× | "
         f"{f(r['tokens_per_s'], '.1f')} | "
         f"{f(r['tokens_per_pass'], '.2f')} | {f(r['ttft_p50'], '.3f')} | "
         f"{f(None if r['tpot_p50'] is None else r['tpot_p50'] * 1000, '.1f')} | {f(r['rouge_l_vs_ar'], '.3f')} | "

@@ -184,16 +184,30 @@ def _bench(args) -> int:
 
     from . import bench as B
     from .evalsets import EvalSetError, load_eval_set, load_suite
-    from .store import Store
-    engine = load_engine(args)
-    store = Store(args.db)
+    from .store import Store, StoreError
+    from .strategies import RequestError
+    try:
+        store = Store(args.db)            # a bad --db fails before the model loads, in one line
+    except StoreError as e:
+        raise RequestError(str(e)) from None
+    params = None
+    if not args.resume:
+        try:
+            params = json.loads(args.params or "{}")
+        except ValueError as e:
+            raise RequestError(f"--params is not valid JSON ({e}); expected e.g. "
+                               '\'{"pld": {"max_ngram": 3}}\'') from None
     if args.resume:
         run = store.get_run(args.resume)
         if run is None:
-            raise SystemExit(f"error: there is no run {args.resume} in {store.url}")
-        settings = B.BenchSettings(**run["settings"]["bench"])
-        items = B.items_from_store(store, run["eval_set_id"])[: run["settings"].get("limit") or None]
-        store.resume_run(args.resume)
+            raise RequestError(f"there is no run {args.resume} in {store.url}")
+        try:
+            settings, items = B.resume_plan(store, run)
+            store.resume_run(args.resume)     # claimed before the model loads; refused while another runs it
+        except (B.ResumeError, StoreError) as e:
+            raise RequestError(str(e)) from None
+    engine = load_engine(args)
+    if args.resume:
         if "roofline" not in (run["environment"] or {}):
             rf = _roofline_probe(args, engine)
             if rf:
@@ -205,6 +219,8 @@ def _bench(args) -> int:
         for s in strategies:
             if not getattr(engine, "remote", False):
                 get(s)   # unknown names fail before anything is stored
+        if not getattr(engine, "remote", False):
+            B.check_params(strategies, params)   # so do unknown or impossible parameters
         try:
             if args.suite:
                 es = load_suite(args.suite)
@@ -223,7 +239,7 @@ def _bench(args) -> int:
                         len(seen[it.category]) <= args.per_category]
         settings = B.BenchSettings(strategies=strategies, repeats=args.repeats, max_new_tokens=args.max_new_tokens,
                                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                                   ignore_eos=args.ignore_eos, params=json.loads(args.params or "{}"),
+                                   ignore_eos=args.ignore_eos, params=params,
                                    perplexity=not args.no_perplexity and not getattr(engine, "remote", False))
         set_id = store.save_eval_set(es, name=es.name)
         env = B.environment(engine, settings, _roofline_probe(args, engine))
@@ -407,11 +423,12 @@ def main(argv=None) -> int:
 
     from .engine import ModelError
     from .remote import RemoteError
+    from .store import StoreError
     from .strategies import RequestError
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ModelError, RequestError, RemoteError) as e:
+    except (ModelError, RequestError, RemoteError, StoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except httpx.HTTPError as e:

@@ -129,6 +129,11 @@ def load_eval_set(path_or_bytes, filename: str | None = None, max_prompt_tokens:
         raise EvalSetError(f"{fname}: line {line}: the file is not valid UTF-8 text (byte 0x{data[e.start]:02x}); "
                            "save it as UTF-8 and upload it again", filename=fname) from None
 
+    nul = [f"line {n}: contains a NUL character (\\0); remove it" for n, ln in enumerate(text.splitlines(), 1)
+           if "\x00" in ln]
+    if nul:    # a binary file, or text that no tokenizer and no report should see
+        shown = "; ".join(nul[:3]) + (f" (and {len(nul) - 3} more)" if len(nul) > 3 else "")
+        raise EvalSetError(f"{fname}: {shown}", errors=nul[:MAX_ERRORS], filename=fname)
     if ext == ".csv":
         records, fmt, errors = _csv_records(text)
     else:
@@ -331,6 +336,9 @@ def _item(label: str, rec, position: int, errors: list[str]) -> EvalItem | None:
     if not isinstance(chat, bool):
         errors.append(f"{label}: `chat` must be true or false, got {rec.get('chat')!r}")
         return None
+    texts = [*turns, item_id, category, *(a for r in references or [] for a in alternatives(r))]
+    if any("\x00" in t for t in texts):     # a JSON "\u0000" escape
+        errors.append(f"{label}: contains a NUL character (\\u0000); remove it")
     if len(errors) > n_err:
         return None
     meta = {k: v for k, v in rec.items()

@@ -31,6 +31,7 @@ import dataclasses
 import hmac
 import json
 import logging
+import math
 import os
 import secrets
 import sys
@@ -45,6 +46,8 @@ from fastapi import Request as HTTPRequest   # module level: FastAPI resolves ha
 log = logging.getLogger("paradec.server")
 
 DEFAULT_MAX_TOKENS = {"completions": 16, "chat": 256}   # OpenAI's completions default; a bounded chat default
+MAX_BODY_BYTES = 4 * 1024 * 1024                         # a request body larger than this is answered 413
+RETRY_AFTER_S = 1                                        # the Retry-After a 429 carries
 UNSUPPORTED = {"n": 1, "best_of": 1}                     # fields we accept only at these values
 
 
@@ -53,11 +56,14 @@ class ApiError(Exception):
     """An error answered in OpenAI's shape: {"error": {"message", "type", "code", "param"}}."""
 
     TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-             405: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 503: "server_error"}
+             405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
+             500: "server_error", 503: "server_error"}
 
-    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None):
+    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None,
+                 headers: dict | None = None):
         super().__init__(message)
         self.status, self.message, self.code, self.param = status, message, code, param
+        self.headers = headers or {}
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.TYPES.get(self.status, "invalid_request_error"),
@@ -73,6 +79,7 @@ class Job:
     loop: asyncio.AbstractEventLoop
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    checked_at: float = 0.0     # when the server last checked that the client is still connected
 
     def emit(self, kind: str, payload=None) -> None:
         try:
@@ -189,9 +196,29 @@ def _get_num(body: dict, name: str, default: float) -> float:
     v = body.get(name)
     if v is None:
         return default
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ApiError(400, f"{name} must be a number, got {v!r}", param=name)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ApiError(400, f"{name} must be a finite number, got {v!r}", param=name)
     return float(v)
+
+
+def _get_bool(body: dict, name: str, default: bool = False) -> bool:
+    v = body.get(name)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ApiError(400, f"{name} must be true or false, got {v!r}", param=name)
+    return v
+
+
+def _no_constants(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"{text[:20]} is out of range")
+    return v
 
 
 def _text_content(content, where: str) -> str:
@@ -235,7 +262,7 @@ def build_request(body: dict, kind: str, engine):
                 raise ApiError(400, f"messages[{i}] must be an object with a role and a content", param="messages")
             messages.append({"role": m["role"], "content": _text_content(m.get("content"), f"messages[{i}]")})
         prefix = ""
-        if body.get("continue_final_message") and messages[-1]["role"] == "assistant":
+        if _get_bool(body, "continue_final_message") and messages[-1]["role"] == "assistant":
             prefix = messages.pop()["content"]      # vLLM's way to pre-fill the assistant turn
             if not messages:
                 raise ApiError(400, "continue_final_message needs a message before the assistant's",
@@ -253,10 +280,12 @@ def build_request(body: dict, kind: str, engine):
             raise ApiError(400, f"top_k must be a whole number, got {top_k!r}", param="top_k")
         req.top_k = max(0, top_k)
     seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ApiError(400, f"seed must be a whole number, got {seed!r}", param="seed")
     req.seed = secrets.randbelow(2**31) if seed is None else seed
     stop = body.get("stop")
     req.stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
-    req.ignore_eos = bool(body.get("ignore_eos", False))
+    req.ignore_eos = _get_bool(body, "ignore_eos")
 
     pd = body.get("paradec") or {}
     if not isinstance(pd, dict):
@@ -267,6 +296,9 @@ def build_request(body: dict, kind: str, engine):
     params = pd.get("params") or {}
     if not isinstance(params, dict):
         raise ApiError(400, "paradec.params must be an object", param="paradec.params")
+    private = sorted(k for k in params if k.startswith("_"))
+    if private:   # internal switches (`_long_ok`, `_skeleton`) are never a client's to set
+        raise ApiError(400, f"paradec.params: unknown parameter(s) {', '.join(private)}", param="paradec.params")
     req.params = dict(params)
 
     if max_tokens is None:   # unasked: fill what the context leaves, up to the default
@@ -280,7 +312,20 @@ def build_request(body: dict, kind: str, engine):
     so = body.get("stream_options") or {}
     if not isinstance(so, dict):
         raise ApiError(400, "stream_options must be an object", param="stream_options")
-    return name, req, stream, bool(so.get("include_usage")) and stream
+    return name, req, stream, _get_bool(so, "include_usage") and stream
+
+
+_AVAILABLE_LOCK = threading.Lock()   # lazy loads behind `available` (drafts, adapters) happen one at a time
+
+
+def availability(strategy, engine) -> tuple[bool, str]:
+    """strategy.available(engine), serialised across request threads; a failing check is 'unavailable', never a 500."""
+    with _AVAILABLE_LOCK:
+        try:
+            return strategy.available(engine)
+        except Exception as e:  # noqa: BLE001
+            log.error("availability of %s failed:\n%s", strategy.name, traceback.format_exc())
+            return False, f"could not be prepared on this server ({type(e).__name__})"
 
 
 def prepare(name: str, req, engine):
@@ -288,8 +333,8 @@ def prepare(name: str, req, engine):
     from .strategies import RequestError, get
     try:
         strategy = get(name)
-        strategy.resolve_params(req)
-        ok, why = strategy.available(engine)
+        strategy.resolve_params(req, engine)
+        ok, why = availability(strategy, engine)
         if not ok:
             raise RequestError(f"strategy {name!r} is not available with this model: {why}")
         if getattr(strategy, "accepts_long_prompts", False):   # pcw, focus: they check the length themselves
@@ -325,6 +370,7 @@ def create_app(engine, *, token: str | None = None, max_queue: int = 16, step_de
     from .strategies import REGISTRY, load_all
 
     model_name = served_name or engine.name
+    engine.extras.setdefault("draft_choices", {})   # clients choose among the operator's drafts, never a path
     started = int(time.time())
     sched = Scheduler(engine, max_queue=max_queue, step_delay=step_delay)
     app = FastAPI(title="paradec", docs_url=None, redoc_url=None, openapi_url=None)
@@ -332,7 +378,12 @@ def create_app(engine, *, token: str | None = None, max_queue: int = 16, step_de
 
     @app.exception_handler(ApiError)
     async def _api_error(_, e: ApiError):
-        return JSONResponse(e.body(), status_code=e.status)
+        return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+    @app.exception_handler(Exception)
+    async def _any_error(_, e: Exception):   # never a plain-text traceback to a client
+        log.error("request failed:\n%s", "".join(traceback.format_exception(e)))
+        return JSONResponse(ApiError(500, "internal server error").body(), status_code=500)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_, e):
@@ -347,15 +398,21 @@ def create_app(engine, *, token: str | None = None, max_queue: int = 16, step_de
             raise ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <token>' with the "
                                 "server's token (--token / PARADEC_TOKEN)", code="invalid_api_key")
 
-    async def next_event(job: Job, http: HTTPRequest):
-        """The job's next event; cancels the job when the client has gone away while it waits."""
+    async def next_event(job: Job, http: HTTPRequest, every: float = 0.2):
+        """The job's next event; cancels the job when the client has gone away. The connection is checked at
+        least every `every` seconds whether or not steps keep arriving (a non-streamed request's client may
+        leave while its steps flow)."""
         while True:
-            try:
-                return await asyncio.wait_for(job.events.get(), 0.5)
-            except asyncio.TimeoutError:
+            now = time.monotonic()
+            if now - job.checked_at >= every:
+                job.checked_at = now
                 if await http.is_disconnected():
                     sched.cancel(job)
-                    raise ApiError(499, "client disconnected") from None
+                    raise ApiError(499, "client disconnected")
+            try:
+                return await asyncio.wait_for(job.events.get(), every)
+            except asyncio.TimeoutError:
+                pass
 
     @app.get("/health")
     async def health():
@@ -375,17 +432,32 @@ def create_app(engine, *, token: str | None = None, max_queue: int = 16, step_de
         out = []
         for name in sorted(REGISTRY):
             s = REGISTRY[name]()
-            ok, why = s.available(engine)
+            ok, why = await run_in_threadpool(availability, s, engine)
             out.append({"name": name, "title": s.title, "lossless": s.lossless, "available": ok, "why": why,
                         "params": {k: {"default": p.default, "help": p.help} for k, p in s.params.items()}})
         return {"object": "list", "data": out}
 
+    async def read_body(http: HTTPRequest) -> bytes:
+        too_big = ApiError(413, f"the request body is larger than {MAX_BODY_BYTES:,} bytes", code="body_too_large")
+        try:
+            if int(http.headers.get("content-length") or 0) > MAX_BODY_BYTES:
+                raise too_big
+        except ValueError:
+            raise ApiError(400, "bad Content-Length header") from None
+        chunks, size = [], 0
+        async for chunk in http.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise too_big
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     async def handle(http: HTTPRequest, kind: str):
         check_auth(http)
-        raw = await http.body()
+        raw = await read_body(http)
         try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
+            body = json.loads(raw, parse_constant=_no_constants, parse_float=_finite_float)   # NaN / Infinity are not JSON
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
             raise ApiError(400, f"the request body is not valid JSON: {e}") from None
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object")
@@ -398,7 +470,8 @@ def create_app(engine, *, token: str | None = None, max_queue: int = 16, step_de
         if not sched.submit(job):
             st = sched.status()
             raise ApiError(429, f"the server is busy: {st['running']} request running and {st['waiting']} waiting "
-                                f"(limit --max-queue {sched.max_queue}); retry later", code="queue_full")
+                                f"(limit --max-queue {sched.max_queue}); retry later", code="queue_full",
+                           headers={"Retry-After": str(RETRY_AFTER_S)})
         rid = ("cmpl-" if kind == "completions" else "chatcmpl-") + secrets.token_hex(12)
         created = int(time.time())
         try:
@@ -507,6 +580,9 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--token", default=None, help="require 'Authorization: Bearer TOKEN' (default: $PARADEC_TOKEN)")
     p.add_argument("--max-queue", type=int, default=16,
                    help="requests allowed to wait behind the running one; more get 429 (default 16)")
+    p.add_argument("--draft", action="append", default=[], metavar="NAME=PATH",
+                   help="a draft model clients may pick for sps by NAME (repeatable; PATH alone: named after its "
+                        "folder); the first is the default draft. Clients can load nothing else")
     p.add_argument("--served-model-name", default=None, help="model id to report (default: the model's name)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
@@ -544,6 +620,9 @@ def serve_main(args) -> int:
         else:
             engine = Engine.load(args.model, device=args.device, dtype=args.dtype,
                                  trust_remote_code=args.trust_remote_code)
+        from .strategies.speculative import configure_drafts, preload_drafts
+        configure_drafts(engine, args.draft)
+        preload_drafts(engine)      # loaded here, once, not on the first request's thread
     except ModelError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

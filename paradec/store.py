@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
 from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint,
                         create_engine, event, func, inspect, select, update)
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, sessionmaker
 from sqlalchemy.pool import StaticPool
 
@@ -168,6 +169,15 @@ def _normalise_url(url: str | os.PathLike | None) -> str:
     return url
 
 
+def _safe_url(url: str) -> str:
+    """The URL with any password hidden (for messages)."""
+    try:
+        from sqlalchemy.engine import make_url
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - not even a URL
+        return repr(url.split("@")[-1][:200])
+
+
 def _row_dict(obj) -> dict:
     return {c.name: getattr(obj, c.name) for c in obj.__table__.columns}
 
@@ -207,10 +217,23 @@ def _pid_alive(pid: int | None, tag: str | None = None) -> bool:
     return not tag or _process_tag(pid) in ("", tag)
 
 
+_CLAIM_LOCK = threading.Lock()
+_CLAIMED: set[tuple[str, int]] = set()     # (store url, run id) resumed by this process and not finished yet
+
+
 class Store:
     """All database access goes through here. Thread-safe: every method opens its own session."""
 
     def __init__(self, url: str | os.PathLike | None = None, echo: bool = False):
+        """Opens (and creates) the database; StoreError, with the reason in one line, when it cannot."""
+        try:
+            self._open(url, echo)
+        except (SQLAlchemyError, OSError, ValueError, ImportError) as e:
+            shown = _safe_url(_normalise_url(url))
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise StoreError(f"the database {shown} cannot be opened: {reason[:300]}") from None
+
+    def _open(self, url, echo: bool) -> None:
         self.url = _normalise_url(url)
         kw: dict[str, Any] = {"echo": echo}
         self.is_sqlite = self.url.startswith("sqlite")
@@ -280,6 +303,7 @@ class Store:
     def finish_run(self, run_id: int, status: str = "finished", error: str | None = None) -> None:
         if status not in RUN_STATUSES or status == "running":
             raise StoreError(f"a run finishes as finished, interrupted or failed, not {status!r}")
+        _CLAIMED.discard((self.url, run_id))
         with self.session() as s:
             n = s.execute(update(Run).where(Run.id == run_id)
                           .values(status=status, error=error, finished_at=_now())).rowcount
@@ -288,15 +312,32 @@ class Store:
             raise StoreError(f"there is no run {run_id}")
 
     def resume_run(self, run_id: int) -> dict:
-        """Mark a run as running again (by this process) and return it; its stored results stay."""
-        with self.session() as s:
+        """Claim a run for this process (status 'running', our host and pid) and return it; its stored results
+        stay. Only one resumer wins: StoreError when the run is being run right now, by a live process on this
+        host, by another resume in this process, or by a process on another host (which cannot be checked from
+        here); a compare-and-set on (status, pid) settles two resumes that start at the same moment."""
+        me, host = os.getpid(), socket.gethostname()
+        with _CLAIM_LOCK, self.session() as s:
             run = s.get(Run, run_id)
             if run is None:
                 raise StoreError(f"there is no run {run_id}")
-            run.status, run.error, run.finished_at = "running", None, None
-            run.host, run.pid, run.process_tag = socket.gethostname(), os.getpid(), _process_tag(os.getpid())
+            if run.status == "running":
+                busy = ((run.host and run.host != host) or (run.pid == me and (self.url, run_id) in _CLAIMED)
+                        or (run.pid not in (None, me) and _pid_alive(run.pid, run.process_tag)))
+                if busy:
+                    where = f"process {run.pid} on {run.host}" if run.host else f"process {run.pid}"
+                    raise StoreError(f"run {run_id} is being run right now ({where}); wait for it to finish "
+                                     "(or stop it) before resuming it")
+            n = s.execute(update(Run).where(Run.id == run_id, Run.status == run.status,
+                                            Run.pid.is_(None) if run.pid is None else Run.pid == run.pid)
+                          .values(status="running", error=None, finished_at=None, host=host, pid=me,
+                                  process_tag=_process_tag(me))).rowcount
             s.commit()
-            return _row_dict(run)
+            if not n:
+                raise StoreError(f"run {run_id} is being resumed by another process")
+            _CLAIMED.add((self.url, run_id))
+            s.expire_all()
+            return _row_dict(s.get(Run, run_id))
 
     def update_run(self, run_id: int, **fields) -> None:
         bad = set(fields) - (RUN_FIELDS - {"created_at"})

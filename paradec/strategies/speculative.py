@@ -16,12 +16,12 @@ from pathlib import Path
 
 import torch
 
-from .. import verification
 import threading
 
+from .. import verification
 from ..engine import Engine, ModelError
 from ..sampling import process
-from .base import Output, Param, Request, Strategy, register
+from .base import Output, Param, Request, RequestError, Strategy, register
 
 K_MIN, K_MAX = 1, 16
 TRAIN_DRAFT = "train it: python -m paradec train draft"
@@ -38,16 +38,63 @@ class NoDraft(ModelError):
     """The model's profile names no draft, or the named draft folder is missing."""
 
 
+def configure_drafts(engine, specs) -> dict[str, str]:
+    """Restrict `engine` to the drafts an operator configured (`serve --draft NAME=PATH` or `--draft PATH`, the
+    name then being the folder's name): afterwards a request's `draft` parameter may only name one of them, and
+    the first is the default draft. Raises ModelError for a spec that is not a model folder. With no specs the
+    engine still gets an empty allow-list: only its profile's own draft can be used."""
+    choices: dict[str, str] = {}
+    for spec in specs or []:
+        name, sep, path = str(spec).partition("=")
+        if not sep:
+            name, path = Path(spec).name, spec
+        name, path = name.strip(), path.strip()
+        if not name or not (Path(path) / "config.json").is_file():
+            raise ModelError(f"--draft {spec!r}: not a model folder (expected NAME=PATH or PATH with a config.json)")
+        if name in choices:
+            raise ModelError(f"--draft: the name {name!r} is given twice")
+        choices[name] = str(Path(path).resolve())
+    engine.extras["draft_choices"] = choices
+    return choices
+
+
+def preload_drafts(engine) -> None:
+    """Load every configured draft (and the profile's default) now, before any request thread needs one."""
+    for name in engine.extras.get("draft_choices") or {}:
+        draft_model(engine, Request(params={"draft": name}))
+    try:
+        draft_model(engine)
+    except NoDraft:
+        pass
+
+
+def check_draft_name(engine, name: str) -> None:
+    """RequestError unless `name` is '' or a draft this engine's operator configured (when it has an allow-list).
+    The message names only the configured drafts, never a path."""
+    choices = engine.extras.get("draft_choices")
+    if choices is None or not name or name in choices:
+        return
+    offered = ", ".join(sorted(choices)) or "none besides the model's default"
+    raise RequestError(f"sps: unknown draft {name[:64]!r}; this server offers: {offered}")
+
+
 def draft_model(engine, request: Request | None = None) -> Engine:
-    """The draft Engine for `engine`: request.params['draft'] (a model path) if given, else the draft its model
-    profile names (`engine.profile.draft`, e.g. paradec-tiny-draft for paradec-tiny). The default one is loaded
-    once and cached in engine.extras['draft'] (tests and callers may put any Engine there); drafts named by path
-    are cached in engine.extras['drafts'][path]. Loads are serialised by one lock."""
+    """The draft Engine for `engine`: request.params['draft'] if given, else the default draft: the first the
+    operator configured (`configure_drafts`), else the one its model profile names (`engine.profile.draft`, e.g.
+    paradec-tiny-draft for paradec-tiny). With an allow-list (the server) `draft` must be one of its names; in
+    process (CLI, library) it may be a model path. The default one is loaded once and cached in
+    engine.extras['draft'] (tests and callers may put any Engine there); drafts named by path are cached in
+    engine.extras['drafts'][path]. Loads are serialised by one lock."""
     path = str((request.params.get("draft") if request is not None else None) or "")
+    choices = engine.extras.get("draft_choices")
+    if choices is not None and path:
+        check_draft_name(engine, path)
+        path = choices[path]
     if not path:
         if engine.extras.get("draft") is not None:
             return engine.extras["draft"]
-        default = getattr(getattr(engine, "profile", None), "draft", None)
+        default = next(iter(choices.values()), None) if choices else None
+        default = default or getattr(getattr(engine, "profile", None), "draft", None)
         if default is None or not (Path(default) / "config.json").exists():
             raise NoDraft(f"no draft model for {engine.name}: {TRAIN_DRAFT}")
         with _LOAD_LOCK:
@@ -55,6 +102,7 @@ def draft_model(engine, request: Request | None = None) -> Engine:
                 engine.extras["draft"] = Engine.load(str(default), device=str(engine.device),
                                                      dtype=_dtype_name(engine))
         return engine.extras["draft"]
+    path = str(Path(path).expanduser().resolve()) if choices is None else path   # one cache entry per folder
     drafts = engine.extras.setdefault("drafts", {})
     with _LOAD_LOCK:
         if path not in drafts:
@@ -95,8 +143,16 @@ class SpeculativeSampling(Strategy):
     params = {
         "k": Param(4, int, K_MIN, K_MAX, help="tokens drafted per step (the start value when adaptive)"),
         "adaptive": Param(True, bool, help="+2 after a fully accepted step, -1 otherwise (transformers' rule)"),
-        "draft": Param("", str, help="draft model folder with the same tokenizer (default: the draft the model profile names)"),
+        "draft": Param("", str, help="draft model with the same tokenizer: on a server, the name of one its operator "
+                                     "configured (serve --draft); in process, a model folder (default: the model "
+                                     "profile's draft)"),
     }
+
+    def resolve_params(self, request: Request, engine=None) -> dict:
+        p = super().resolve_params(request, engine)
+        if engine is not None:
+            check_draft_name(engine, p["draft"])
+        return p
 
     def available(self, engine) -> tuple[bool, str]:
         try:

@@ -24,6 +24,7 @@ import gradio as gr
 import pandas as pd
 
 from ..bench import table
+from ..csvsafe import write_csv
 from . import charts
 
 
@@ -130,8 +131,7 @@ class Dashboard:
         n_runs = df["run_id"].nunique() if len(df) else 0
         info = self._info(which, df, n_runs)
         summary = charts.summary_frame(table(df) if len(df) else [])
-        export = self.export_dir / "paradec-results.csv"
-        charts.export_frame(df).to_csv(export, index=False)
+        export = write_csv(charts.export_frame(df), self.export_dir)   # one file per request, formula-safe
         sweeps = charts.sweep_choices(df)
         sweep = sweep or charts.SWEEP_AUTO      # a pick absent from these runs is kept: its chart says so
         return (warning, info, charts.speedup_bar(df), charts.latency_box(df), charts.quality_scatter(df),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import os
 import threading
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 
 import gradio as gr
@@ -22,6 +22,15 @@ from .arena import strategy_catalogue
 
 PREVIEW_ROWS = 10
 RESUMABLE_KINDS = ("eval", "bench")
+
+
+_MD_PUNCT = "\\`*_{}[]()<>#+-.!|~"
+
+
+def md_text(s: str) -> str:
+    """User text shown inside Markdown as plain text: HTML escaped and Markdown punctuation backslashed, so a
+    category like `<img src=x>` or `[x](javascript:..)` renders as the characters it is."""
+    return "".join("\\" + c if c in _MD_PUNCT else c for c in html.escape(" ".join(str(s).split()), quote=False))
 
 
 def preview_frame(es) -> pd.DataFrame:
@@ -111,7 +120,7 @@ class EvalSetsTab:
             return error_markdown(e), preview_frame_empty(), gr.update()
         set_id = self.store.save_eval_set(es, source_filename=Path(path).name)
         msg = (f"**Stored eval set #{set_id} “{html.escape(es.name)}”**: {len(es)} items "
-               f"({es.format}), categories: {', '.join(es.categories)}. Showing the first "
+               f"({es.format}), categories: {md_text(', '.join(es.categories))}. Showing the first "
                f"{min(len(es), PREVIEW_ROWS)} rows.")
         return msg, preview_frame(es), gr.update(choices=self.source_choices(), value=f"set:{set_id}")
 
@@ -146,6 +155,11 @@ class EvalSetsTab:
             raise gr.Error("pick at least one strategy")
         items, set_id, name = self._items(source, int(limit or 0))
         settings = BenchSettings(strategies=names, repeats=int(repeats), max_new_tokens=int(max_new_tokens))
+        from ..bench import too_long
+        long = too_long(self.engine, items, settings.max_new_tokens, names)
+        if long:        # checked as the run sends them (chat template, max_new_tokens), before a run is stored
+            raise gr.Error("these prompts do not fit the model's context; lower max_new_tokens or drop them: "
+                           + "; ".join(long))
         desc = self.engine.describe()
         run_id = self.store.create_run("eval", name=name, model=desc["model"], device=desc["device"],
                                        dtype=desc["dtype"], environment=environment(self.engine, settings),
@@ -161,20 +175,15 @@ class EvalSetsTab:
         run = self.store.get_run(int(run_id))
         if run is None:
             raise gr.Error(f"there is no run {run_id}")
-        st = run.get("settings") or {}
-        raw = st.get("bench", st)
-        known = {f.name for f in fields(BenchSettings)}
-        try:
-            settings = BenchSettings(**{k: v for k, v in raw.items() if k in known})
-        except TypeError as e:
-            raise gr.Error(f"run {run_id} cannot be resumed: its settings are incomplete ({e})") from None
-        if st.get("source"):
-            items, _, _ = self._items(st["source"], int(st.get("limit") or 0))
-        elif run.get("eval_set_id"):
-            items = items_from_store(self.store, run["eval_set_id"])
-        else:
-            raise gr.Error(f"run {run_id} cannot be resumed: it does not say which eval set it ran")
-        self.store.resume_run(int(run_id))
+        from ..bench import ResumeError, resume_plan
+        from ..store import StoreError
+        try:            # the same plan as `bench --resume`: a run made by either resumes in either
+            settings, items = resume_plan(self.store, run)
+            if int(run_id) in self.active_runs:
+                raise StoreError(f"run {run_id} is being run right now in this app")
+            self.store.resume_run(int(run_id))      # refuses while another process runs it
+        except (ResumeError, StoreError) as e:
+            raise gr.Error(str(e)) from None
         return self._execute(int(run_id), items, settings, progress, request, resume=True)
 
     def _execute(self, run_id, items, settings, progress, request, resume: bool):
@@ -244,7 +253,8 @@ class EvalSetsTab:
         bench_msg = gr.Markdown("", elem_id="pd-bench-msg")
         from . import charts
         results = gr.Dataframe(charts.summary_frame([]), label="Results (per category and strategy)",
-                               interactive=False, wrap=True, elem_id="pd-bench-results")
+                               interactive=False, wrap=True, elem_id="pd-bench-results",
+                               column_widths=charts.SUMMARY_WIDTHS)
         with gr.Row():
             unfinished = gr.Dropdown(self.resumable(), label="Unfinished runs", scale=3, allow_custom_value=True, elem_id="pd-unfinished")
             resume_btn = gr.Button("Resume", scale=1, elem_id="pd-resume")
