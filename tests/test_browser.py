@@ -270,6 +270,7 @@ def test_evalset_run_and_dashboard_on_the_users_runs(app, page, tmp_path):
     page.locator("#pd-bench-run").click()
     try:    # the progress shows prompts done / total (and the running speed-up once ar and pld are in)
         page.wait_for_function("() => document.body.innerText.includes('prompts 1/3')", timeout=120_000)
+        page.locator("#pd-bench-results").scroll_into_view_if_needed()
         shot(page, "evalsets-running.png")
     except Exception:  # noqa: BLE001 - a fast machine may finish first; the run's checks below still hold
         pass

@@ -109,6 +109,10 @@ SUMMARY_COLUMNS = {
     "lossless_mismatches": ("lossless mismatches", "int")}
 
 
+# display widths of the summary table's columns (px), so headers wrap between words, never inside one
+SUMMARY_WIDTHS = [48, 96, 104, 44] + [86] * (len(SUMMARY_COLUMNS) - 4)
+
+
 def _kind_for(col: str) -> str | None:
     c = col.lower()
     if "speedup" in c or "speed-up" in c:
@@ -733,7 +737,8 @@ def race_chart(lanes: dict[str, dict], t_now: float | None = None) -> go.Figure:
     fig.update_layout(title={"text": "Tokens vs own compute time", "font": {"size": 14}}, height=280,
                       margin={"l": 50, "r": 10, "t": 40, "b": 40}, legend=_legend_below() | {"y": -0.25},
                       xaxis={"title": "seconds of the strategy's own compute", "range": [0, x_max * 1.05]},
-                      yaxis={"title": "tokens", "range": [0, y_max * 1.08]}, uirevision="race")
+                      yaxis={"title": "tokens (SoT: skeleton too)", "range": [0, y_max * 1.08]},
+                      uirevision="race")
     return fig
 
 

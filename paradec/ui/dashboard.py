@@ -194,7 +194,8 @@ class Dashboard:
             p_lc_len = gr.Plot(label="Long context: accuracy by length", elem_id="pd-plot-lc-length")
             p_lc_heat = gr.Plot(label="Long context: length × depth", elem_id="pd-plot-lc-heatmap")
         summary = gr.Dataframe(charts.summary_frame([]), label="Summary per run, category and strategy",
-                               interactive=False, elem_id="pd-dash-summary", wrap=True)
+                               interactive=False, elem_id="pd-dash-summary", wrap=True,
+                               column_widths=charts.SUMMARY_WIDTHS)
         history = gr.Dataframe(charts.runs_table(runs), label="Run history", interactive=False,
                                elem_id="pd-dash-history", wrap=True)
 
