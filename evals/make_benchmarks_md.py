@@ -137,6 +137,75 @@ def longcontext(path: Path = ROOT / "docs" / "longcontext.md") -> tuple[str, str
     return table, textwrap.fill(" ".join(out), 116, break_on_hyphens=False)
 
 
+DEFAULT_SUITES = ["conversation", "translation", "summarization", "qa", "math", "rag", "code", "code-edit", "lists"]
+
+
+def bullet(name: str, key: str) -> str:
+    m = re.search(rf"^- {re.escape(key)}: (.*)$", (B / name).read_text(), re.M)
+    return m.group(1).strip() if m else ""
+
+
+def default_part() -> str:
+    """The default model's section: a summary over the per-suite runs (docs/bench/default-SUITE.md) and the runs."""
+    have = [s for s in DEFAULT_SUITES if (B / f"default-{s}.md").exists()]
+    if not have:
+        return "No benchmark run on the default model yet: `bash evals/run_benchmarks.sh default`.\n"
+    head = ("| suite | n | ar tok/s | ar ÷ hf-generate | pld speed-up (τ) | hf-pld speed-up | lookahead speed-up (τ) | "
+            "lossless mismatches | ar vs read-bandwidth roofline |")
+    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
+    gen_ratios, mism_total, fracs = [], 0, []
+    for suite in have:
+        name = f"default-{suite}.md"
+        r = rows(name)
+        def tps(x):
+            return num(r[x]["tokens/s"]) if x in r else None
+        def cell(x):
+            return f"{r[x]['speed-up vs ar']} (τ {r[x]['tokens/pass']})" if x in r else "–"
+        g = tps("ar") / tps("hf-generate") if tps("hf-generate") else None
+        if g:
+            gen_ratios.append(g)
+        mism = sum(int(r[x]["lossless mismatches"]) for x in r if r[x]["lossless mismatches"] not in ("–", ""))
+        mism_total += mism
+        roof = bullet(name, "roofline")
+        m = re.search(r"ar at (\d+)% of the ([0-9.]+) tok/s", roof)
+        if m:
+            fracs.append(int(m.group(1)))
+        lines.append(f"| {suite} | {r['ar']['n']} | {r['ar']['tokens/s']} | {f'{g:.2f}' if g else '–'} | {cell('pld')} | "
+                     f"{r['hf-pld']['speed-up vs ar'] if 'hf-pld' in r else '–'} | {cell('lookahead')} | {mism} | "
+                     f"{(m.group(1) + '% of ' + m.group(2) + ' tok/s') if m else '–'} |")
+    sot_rows = ""
+    if "lists" in have:
+        r = rows("default-lists.md")
+        sot_rows = "\n".join(f"| {x} | {r[x]['speed-up vs ar']} | {r[x]['end-to-end speed-up']} | {r[x]['ROUGE-L vs ar']} |"
+                             for x in ("ar", "sot", "sot-seq", "sot-r") if x in r)
+        sot_rows = ("| strategy | speed-up vs ar (tokens/s) | end-to-end speed-up | ROUGE-L vs ar |\n|---|---|---|---|\n"
+                    + sot_rows)
+    machine = bullet(f"default-{have[0]}.md", "machine")
+    date = bullet(f"default-{have[0]}.md", "date")
+    summary = "\n".join(lines)
+    runs = "\n".join(section(f"default-{s}.md") for s in have)
+    return f"""**Machine**: {machine}. **Date**: {date}. One `bench` run per suite, all strategies of a suite in
+the same run (`bash evals/run_benchmarks.sh default`: the first {r['ar']['n'] if have else '?'} prompts of each
+suite, greedy, 64 new tokens, no perplexity pass).
+
+{summary}
+
+Over the {len(have)} suites: `ar` ÷ `hf-generate` tokens/s between **{min(gen_ratios):.2f}** and
+**{max(gen_ratios):.2f}** (goal ≥ 1.0); `ar` at **{min(fracs) if fracs else '?'}–{max(fracs) if fracs else '?'}%**
+of the read-bandwidth roofline measured in the same run (goal ≥ 80%); **{mism_total}** lossless mismatches.
+
+Skeleton-of-Thought on the list-style suite (same run as the `lists` row above):
+
+{sot_rows}
+
+Not run on the default model, and why: `sps` and `hf-assisted` (no draft with Qwen's tokenizer yet, issue 17),
+`ptp` (no adapter, issue 16), `lud` (no parameters, issue 18), `focus` and `pcw` (long-context suite, issue 20).
+
+### The runs
+
+{runs}"""
+
+
 def main() -> None:
     peers = rows("peers.md")
     ar_gen = num(peers["ar"]["tokens/s"]) / num(peers["hf-generate"]["tokens/s"])
@@ -168,7 +237,17 @@ def main() -> None:
 
     md = f"""# Benchmarks
 
-Every figure here was printed and stored by the benchmark commands on the code as it stands: `bash
+## The default model: Qwen2.5-Coder-0.5B-Instruct
+
+{default_part()}
+
+# paradec-tiny (the earlier default)
+
+The sections below were measured on paradec-tiny (12.5M parameters) on 2026-11-30, before the default model
+changed; they were not re-run for this change (`bash evals/run_benchmarks.sh peers spec sot race` re-runs them on
+paradec-tiny).
+
+Every figure below was printed and stored by the benchmark commands (on the code of 2026-11-30): `bash
 evals/run_benchmarks.sh` (sections peers, spec, sot, race), the PTP and LUD runs named in their sections, and
 `python evals/longcontext_eval.py`; `python evals/make_benchmarks_md.py` assembles this page from their tables
 in `docs/bench/`. Speed-ups are ratios **within one run** (mean tokens/s of the strategy ÷ mean tokens/s of `ar`,

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Regenerate the benchmark sections that BENCHMARKS.md holds, on the code as it stands.
-#   bash evals/run_benchmarks.sh [section ...]     sections: peers spec sot race (default: all)
+#   bash evals/run_benchmarks.sh [section ...]     sections: default peers spec sot race (default: default)
+#   default: every strategy that runs on the default model (Qwen2.5-Coder-0.5B-Instruct), one run per suite,
+#            N_DEFAULT prompts each (docs/bench/default-SUITE.md); the others are the paradec-tiny sections
 # Each section is one `python -m paradec bench` run (all strategies in the same run, so ratios are fair),
 # stored in $DB and written as Markdown to docs/bench/<section>.md.
 set -euo pipefail
@@ -11,25 +13,35 @@ N=${N:-12}
 OUT=docs/bench
 mkdir -p "$OUT"
 export HF_HUB_OFFLINE=1
-sections=${*:-peers spec sot race}
+N_DEFAULT=${N_DEFAULT:-6}
+SUITES=${SUITES:-conversation translation summarization qa math rag code code-edit lists}
+sections=${*:-default}
 for s in $sections; do
   case $s in
+    default) # issue 14: the default model on every suite; ar, its transformers peer, the lossless strategies that
+             # need nothing trained, and on the list-style suite Skeleton-of-Thought with its baselines
+      for suite in $SUITES; do
+        strategies=ar,hf-generate,pld,hf-pld,lookahead
+        [ "$suite" = lists ] && strategies=$strategies,sot,sot-seq,sot-r
+        $PY -m paradec bench --suite "$suite" --strategies "$strategies" --limit "$N_DEFAULT" --max-new-tokens 64 \
+          --no-perplexity --db "$DB" --name "default model ($suite)" --markdown "$OUT/default-$suite.md"
+      done ;;
     peers)   # issue 2: ar against transformers' own generate, same prompts, same run
-      $PY -m paradec bench --suite qa --strategies ar,hf-generate --limit "$N" --repeats 3 \
+      $PY -m paradec bench --model paradec-tiny --suite qa --strategies ar,hf-generate --limit "$N" --repeats 3 \
         --max-new-tokens 96 --ignore-eos --no-perplexity --db "$DB" --name "ar vs generate (qa)" \
         --markdown "$OUT/peers.md" ;;
     spec)    # issue 5: the lossless speculative family and their transformers peers, per suite
       for suite in code qa code-edit; do
-        $PY -m paradec bench --suite "$suite" --strategies ar,hf-generate,sps,hf-assisted,pld,hf-pld,lookahead \
+        $PY -m paradec bench --model paradec-tiny --suite "$suite" --strategies ar,hf-generate,sps,hf-assisted,pld,hf-pld,lookahead \
           --limit "$N" --max-new-tokens 96 --db "$DB" --name "speculative family ($suite)" \
           --markdown "$OUT/spec-$suite.md"
       done ;;
     sot)     # issue 8: Skeleton-of-Thought on the list-style questions
-      $PY -m paradec bench --suite lists --strategies ar,sot,sot-seq,sot-r --limit "$N" --max-new-tokens 160 \
+      $PY -m paradec bench --model paradec-tiny --suite lists --strategies ar,sot,sot-seq,sot-r --limit "$N" --max-new-tokens 160 \
         --db "$DB" --name "Skeleton-of-Thought (lists)" --markdown "$OUT/sot.md" ;;
     race)    # issue 3: race figures against benchmark-mode figures
       { echo "### race vs alone"; echo; echo '```'
-        $PY -m paradec race --check --strategies ar,pld,lookahead,sps --repeats 5 --max-new-tokens 96 \
+        $PY -m paradec race --model paradec-tiny --check --strategies ar,pld,lookahead,sps --repeats 5 --max-new-tokens 96 \
           --prompt 'Outline the module `json`.'
         echo '```'; } > "$OUT/race.md" ;;
     *) echo "unknown section $s" >&2; exit 1 ;;
