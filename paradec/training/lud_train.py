@@ -368,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = LUDTrainConfig()
     p = argparse.ArgumentParser(prog="python -m paradec train lud",
                                 description="train Lexical Unit Decoding parameters (gated LoRA + pad embedding)")
-    p.add_argument("--model", help="local model folder or hub id (default: the shipped paradec-tiny)")
+    p.add_argument("--model", help="local model folder, hub id, or paradec-tiny (default: Qwen2.5-Coder-0.5B-Instruct)")
     p.add_argument("--k", type=int, default=d.k, help="tokens per pass: 1 real + k-1 pad slots")
     p.add_argument("--alpha", type=float, default=d.alpha, help="lexical-unit confidence threshold for the data")
     p.add_argument("--steps", type=int, default=d.steps)
