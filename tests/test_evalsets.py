@@ -283,14 +283,12 @@ def test_chat_suites_fit_the_default_models_window():
             assert need <= M.CONTEXT, (name, it.item_id, need)
 
 
-QWEN = evalsets.ROOT / "data" / "models" / "qwen2.5-coder-0.5b-instruct"
-
-
-@pytest.mark.skipif(not (QWEN / "tokenizer.json").is_file(), reason="the default model is not provisioned")
 def test_chat_suites_fit_2048_tokens_under_the_default_models_chat_template():
     """Exact count: every turn's chat-templated prompt (earlier answers taken as 256 tokens each) + 256 new."""
     from transformers import AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(str(QWEN))
+
+    from paradec.provision import ensure_default      # provisioned on first use, as a user's first run does
+    tok = AutoTokenizer.from_pretrained(str(ensure_default()))
     for name in EXPECTED:
         if name == "longcontext":
             continue

@@ -7,19 +7,18 @@ from types import SimpleNamespace
 import pytest
 from transformers import AutoTokenizer
 
-from conftest import ROOT, TINY
+from conftest import TINY
 from paradec.strategies.base import Output, Request
 
 TEXT = ("Here is a function:\n\n```python\ndef área(r):\n    return 3.14159 * r ** 2  # π r²\n```\n"
         "Les élèves ont mangé des crêpes. 東京は日本の首都です。 Emoji: 🎉🚀 done.\n") * 3
 
 
-def _tokenizers():
-    out = [AutoTokenizer.from_pretrained(str(TINY))]
-    q = ROOT / "data" / "models" / "qwen2.5-coder-0.5b-instruct"
-    if (q / "tokenizer.json").exists():
-        out.append(AutoTokenizer.from_pretrained(str(q)))
-    return out
+def _tokenizer(which):
+    if which == "paradec-tiny":
+        return AutoTokenizer.from_pretrained(str(TINY))
+    from paradec.provision import ensure_default      # the default model's tokenizer (provisioned on first use)
+    return AutoTokenizer.from_pretrained(str(ensure_default()))
 
 
 class CountingEngine:
@@ -31,8 +30,9 @@ class CountingEngine:
         return self.tok.decode(list(ids), skip_special_tokens=True)
 
 
-@pytest.mark.parametrize("tok", _tokenizers(), ids=lambda t: type(t).__name__ + str(len(t)))
-def test_incremental_text_equals_whole_decode_in_any_chunking(tok):
+@pytest.mark.parametrize("which", ["paradec-tiny", "default"])
+def test_incremental_text_equals_whole_decode_in_any_chunking(which):
+    tok = _tokenizer(which)
     ids = tok(TEXT, add_special_tokens=False)["input_ids"]
     rng = random.Random(0)
     for trial in range(5):
@@ -55,7 +55,7 @@ def test_incremental_text_equals_whole_decode_in_any_chunking(tok):
 
 
 def test_stop_string_across_steps():
-    tok = _tokenizers()[-1]
+    tok = _tokenizer("default")
     ids = tok("alpha beta\n\ngamma delta", add_special_tokens=False)["input_ids"]
     out = Output(CountingEngine(tok), Request(prompt="x", stop=["\n\n"], max_new_tokens=100, ignore_eos=True))
     text = "".join(out.step([t]).text for t in ids if not out.done)
@@ -63,7 +63,7 @@ def test_stop_string_across_steps():
 
 
 def test_eos_and_budget():
-    tok = _tokenizers()[0]
+    tok = _tokenizer("paradec-tiny")
     eng = SimpleNamespace(decode=lambda ids: tok.decode(list(ids)), eos_ids={tok.eos_token_id})
     ids = tok("one two three four", add_special_tokens=False)["input_ids"]
     out = Output(eng, Request(prompt="x", max_new_tokens=2))
