@@ -152,6 +152,14 @@ def test_race_streams_every_column_at_once_and_is_stored(app):
     first_html = rep[0][0]["value"] if isinstance(rep[0][0], dict) else rep[0][0]
     last_html = rep[-1][0]["value"] if isinstance(rep[-1][0], dict) else rep[-1][0]
     assert "data-status=\"done\"" in last_html and len(last_html) > len(first_html)
+    # the live chart during the race and the replay: one line per strategy, ending at each lane's tokens
+    charts_out = [json.loads(o[-1]["plot"]) for o in rep if isinstance(o[-1], dict) and o[-1].get("plot")]
+    assert charts_out, "the replay drew no chart"
+    last_chart = charts_out[-1]
+    assert [t["name"] for t in last_chart["data"]] == names
+    race_chart = json.loads(job.outputs()[-1][-1]["plot"])
+    assert [t["name"] for t in race_chart["data"]] == names
+    assert all(array(t["y"])[-1] >= final["lanes"][t["name"]]["tokens"] for t in race_chart["data"])
 
 
 def test_stop_really_stops_the_race_and_saves_it(app):

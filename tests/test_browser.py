@@ -49,15 +49,16 @@ def shot(page, name: str, full_page: bool = False, docs: bool = True) -> Path:
 
 
 def make_reference(path: Path) -> None:
-    """A small reference database: one bench run of ar, pld and sot on two categories (hand-made rows)."""
+    """A reference database of 300 hand-made results: one bench run of ar, pld and sot, 100 prompts in two
+    categories (the Dashboard must read well with many results as with one)."""
     from paradec.store import Store
     ref = Store(f"sqlite:///{path}")
     rid = ref.create_run("bench", name="reference: speculative family", model="Qwen2.5-Coder-0.5B-Instruct",
                          device="cpu", dtype="float32", strategies=["ar", "pld", "sot"])
-    for i in range(6):
+    for i in range(100):
         cat = ("code", "qa")[i % 2]
-        for s, tps, tau in (("ar", 6.0 + i * 0.1234567, 1.0), ("pld", 9.87654321 + i, 1.7 + i / 7),
-                            ("sot", 7.3333333 + i / 3, 1.0 + i / 11)):
+        for s, tps, tau in (("ar", 6.0 + (i % 9) * 0.1234567, 1.0), ("pld", 9.87654321 + i % 13, 1.7 + (i % 7) / 7),
+                            ("sot", 7.3333333 + (i % 5) / 3, 1.0 + (i % 11) / 11)):
             ref.add_result(rid, item_key=f"r{i}", category=cat, strategy=s, text="x", n_tokens=40,
                            forward_passes=int(40 / tau), tokens_per_s=tps, tokens_per_pass=tau,
                            ttft_s=0.123456789, tpot_s=1 / tps, e2e_s=40 / tps, itl=[1 / tps] * 5,
@@ -249,6 +250,14 @@ def test_arena_race_columns_chart_stop(app, page):
     assert page.locator("#pd-race .pd-hist").count() == len(RACE)
     assert page.locator("#pd-race .pd-copy").count() == len(RACE)
     assert_no_overflow(page, "#pd-race")
+    shot(page, "arena-stopped.png", docs=False)
+    # Replay: the chart is redrawn from nothing at each strategy's measured pace
+    page.locator("#pd-replay").click()
+    page.wait_for_function("() => (document.querySelector('#pd-race-status')||{}).innerText?.includes('Replay at')",
+                           timeout=30_000)
+    page.wait_for_function("() => (document.querySelector('#pd-race-status')||{}).innerText?.includes('Replay at')"
+                           " && document.querySelector('#pd-race-chart .js-plotly-plot').layout.xaxis.range[1] > 0.6",
+                           timeout=60_000)
     runs = store.list_runs(kind="race")
     assert runs and runs[0]["status"] == "interrupted"
     assert all(r["n_tokens"] < 160 for r in store.get_results(runs[0]["id"]))

@@ -194,21 +194,21 @@ def _check_line(name: str, d: dict, ar: dict | None) -> str:
         if d["status"] == "done" and ar["status"] == "done":
             from .. import quality
             rl = quality.rouge_l(d.get("text") or "", ar.get("text") or "")
-            return (f'<div class="pd-check" style="color:#8a5a00">lossy strategy · ROUGE-L vs ar '
+            return (f'<div class="pd-check" style="font-size:12px;margin-top:4px;color:#8a5a00">lossy strategy · ROUGE-L vs ar '
                     f'{_fmt(rl, ".3f")}</div>')
-        return '<div class="pd-check" style="color:#8a5a00">lossy strategy</div>'
+        return '<div class="pd-check" style="font-size:12px;margin-top:4px;color:#8a5a00">lossy strategy</div>'
     if d["status"] == "done" and ar["status"] == "done":
         i = d.get("diverges_at")
         if i is None:
             i = first_divergence(d["token_ids"], ar["token_ids"])
         if i is None:
-            return '<div class="pd-check" style="color:#0a7a2f">lossless: identical to ar</div>'
-        return f'<div class="pd-check" style="color:#b00020">diverges from ar at token {i + 1}</div>'
+            return '<div class="pd-check" style="font-size:12px;margin-top:4px;color:#0a7a2f">lossless: identical to ar</div>'
+        return f'<div class="pd-check" style="font-size:12px;margin-top:4px;color:#b00020">diverges from ar at token {i + 1}</div>'
     a, b = d.get("token_ids") or [], ar.get("token_ids") or []
     i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), None)
     if i is not None:
-        return f'<div class="pd-check" style="color:#b00020">diverges from ar at token {i + 1}</div>'
-    return '<div class="pd-check" style="color:#555">identical to ar so far</div>'
+        return f'<div class="pd-check" style="font-size:12px;margin-top:4px;color:#b00020">diverges from ar at token {i + 1}</div>'
+    return '<div class="pd-check" style="font-size:12px;margin-top:4px;color:#555">identical to ar so far</div>'
 
 
 def steps_histogram(groups: list[dict]) -> str:

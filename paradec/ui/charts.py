@@ -102,7 +102,7 @@ def fmt_number(v, kind: str = "float") -> str:
 SUMMARY_COLUMNS = {
     "run": ("run", "int"), "category": ("category", None), "strategy": ("strategy", None), "n": ("n", "int"),
     "speedup": ("speed-up vs ar", "speedup"), "e2e_speedup": ("end-to-end speed-up", "speedup"),
-    "tokens_per_s": ("tokens/s", "rate"), "tokens_per_pass": ("tokens/pass", "tau"),
+    "tokens_per_s": ("tokens/s", "rate"), "tokens_per_pass": ("tokens per pass", "tau"),
     "forward_passes": ("forward passes (mean)", "rate"), "ttft_p50": ("TTFT p50 (ms)", "ms"),
     "tpot_p50": ("TPOT p50 (ms)", "ms"), "rouge_l_vs_ar": ("ROUGE-L vs ar", "ratio"),
     "rouge_l_vs_ref": ("ROUGE-L vs ref", "ratio"), "perplexity": ("perplexity", "tau"),
@@ -110,7 +110,7 @@ SUMMARY_COLUMNS = {
 
 
 # display widths of the summary table's columns (px), so headers wrap between words, never inside one
-SUMMARY_WIDTHS = [48, 96, 104, 44] + [86] * (len(SUMMARY_COLUMNS) - 4)
+SUMMARY_WIDTHS = [44, 90, 100, 44] + [76] * (len(SUMMARY_COLUMNS) - 6) + [92, 100]
 
 
 def _kind_for(col: str) -> str | None:
@@ -311,7 +311,8 @@ def latency_box(df: pd.DataFrame) -> go.Figure:
     df = _ok(df)
     if len(df) == 0:
         return _empty(title)
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("TTFT (ms)", "TPOT (ms)", "ITL (ms, per token)"))
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("TTFT (ms)", "TPOT (ms)", "ITL (ms, per token)"),
+                        shared_yaxes=True, horizontal_spacing=0.04)
     any_data = False
     for s, d in df.groupby("strategy", sort=True):
         series = [_num(d["ttft_s"]).dropna().tolist(), _num(d["tpot_s"]).dropna().tolist(), _itl_values(d)]
@@ -321,15 +322,18 @@ def latency_box(df: pd.DataFrame) -> go.Figure:
             any_data = True
             label = _stats_label(str(s), vals)
             colour = strategy_colour(s)
-            # the axis shows the strategy's name, horizontally; n and the percentiles are in the hover text
-            fig.add_trace(go.Box(x=[str(s)] * len(vals), y=[v * 1000 for v in vals], name=label, boxpoints=False,
-                                 showlegend=False, legendgroup=str(s), marker_color=colour, line_color=colour,
-                                 hovertemplate=label.replace("<br>", " · ") + "<extra></extra>"),
+            # horizontal boxes: the strategies' names stay readable however many there are; n and the
+            # percentiles are in the trace name and the hover text
+            fig.add_trace(go.Box(y=[str(s)] * len(vals), x=[v * 1000 for v in vals], name=label, boxpoints=False,
+                                 orientation="h", showlegend=False, legendgroup=str(s), marker_color=colour,
+                                 line_color=colour, hovertemplate=label.replace("<br>", " · ") + "<extra></extra>"),
                           row=1, col=col)
     if not any_data:
         return _empty(title, "no latency figures in the selected rows")
-    fig.update_layout(title=title, height=440, margin={"b": 60})
-    fig.update_xaxes(tickangle=0, automargin=True, tickfont={"size": 11})
+    n = df["strategy"].nunique()
+    fig.update_layout(title=title, height=max(320, 130 + 34 * n), margin={"b": 50})
+    fig.update_yaxes(automargin=True, tickfont={"size": 11}, autorange="reversed")
+    fig.update_xaxes(rangemode="tozero")
     return fig
 
 
