@@ -4,7 +4,8 @@
 
 Without --url it starts `python app.py --random-tiny` on a free 127.0.0.1 port with a temporary database and
 stops it afterwards. All sessions share one engine, so races queue (one at a time); a session's latency is
-submit -> last frame, including its wait in the queue. Prints one JSON line: completed count, per-client
+submit -> last frame, including its wait in the queue. Prints one JSON line: completed count, errors (a
+session that raised or timed out), lost (a session whose last frame was not a finished race), per-client
 latency, time to the first streamed token (submit -> first frame with a token), and their p50/max.
 """
 from __future__ import annotations
@@ -126,7 +127,10 @@ def main(argv=None) -> int:
         lat = [r["latency_s"] for r in out if r["completed"]]
         ftt = [r["first_token_s"] for r in out if r["first_token_s"] is not None]
         report = {"clients": args.clients, "strategies": strategies, "max_new_tokens": args.max_new_tokens,
-                  "completed": sum(r["completed"] for r in out), "wall_s_with_connect": round(wall, 3),
+                  "completed": sum(r["completed"] for r in out),
+                  "errors": sum(bool(r["error"]) for r in out),
+                  "lost": sum(not r["completed"] and not r["error"] for r in out) + args.clients - len(out),
+                  "wall_s_with_connect": round(wall, 3),
                   "latency_p50_s": _p50(lat), "latency_max_s": max(lat) if lat else None,
                   "first_token_p50_s": _p50(ftt), "first_token_max_s": max(ftt) if ftt else None,
                   "per_client": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()} for r in out]}
