@@ -6,7 +6,7 @@ a race or a benchmark ends.
 
 Besides the user's own runs the tab offers a *reference* dataset: the project's own benchmark runs on the
 default model, shipped as a SQLite file (`data/reference/reference.db`, or `$PARADEC_REFERENCE_DB`; made from
-the benchmark command's database by `python -m paradec.ui.dashboard make-reference data/bench.db`). It is a
+the benchmark command's database by `python -m evals.make_reference data/bench.db`). It is a
 separate source, picked in the "Data" control and labelled in the page: its rows are never mixed into the
 user's runs, and a newcomer with no runs sees it first.
 """
@@ -16,7 +16,6 @@ import html
 import os
 import shutil
 import sqlite3
-import sys
 import tempfile
 from pathlib import Path
 
@@ -217,18 +216,3 @@ class Dashboard:
         return {"refresh_outputs": refresh_outs, "refresh": self.refresh_choices, "show": (self.show, inputs, outs),
                 "open": (self.open, open_inputs, open_outs)}
 
-
-def main(argv=None) -> int:
-    """python -m paradec.ui.dashboard make-reference SRC.db [DST.db]: ship a benchmark database as the
-    Dashboard's reference dataset (default destination data/reference/reference.db)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) not in (2, 3) or argv[0] != "make-reference":
-        print(main.__doc__, file=sys.stderr)
-        return 2
-    out = make_reference(argv[1], *(argv[2:] or [REFERENCE_DB]))
-    print(f"wrote {out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
