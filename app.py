@@ -40,7 +40,7 @@ def build_app(engine, store) -> gr.Blocks:
     with gr.Blocks(title="paradec", analytics_enabled=False) as demo:
         gr.Markdown(f"## paradec — parallel decoding workbench\nModel **{desc['model']}** · {desc['device']} · "
                     f"{desc['dtype']} · {desc['parameters']:,} parameters")
-        with gr.Tabs():
+        with gr.Tabs() as tabs:
             with gr.Tab("Arena", id="arena"):
                 a = arena.build()
             with gr.Tab("Eval sets", id="evals") as evals_tab:
@@ -56,6 +56,15 @@ def build_app(engine, store) -> gr.Blocks:
         for ev in a["ended"] + e["ended"]:
             ev.then(open_fn, open_in, open_out, api_visibility="undocumented", concurrency_limit=None,
                     show_progress="hidden")
+        for ev in e["ended"]:       # a finished benchmark offers its Dashboard view
+            ev.then(lambda rid: gr.update(visible=rid is not None, value=f"Open run #{rid} in the Dashboard"),
+                    [e["last_run"]], [e["open_button"]], api_visibility="undocumented", queue=False)
+        e["open_button"].click(
+            lambda rid: (gr.Tabs(selected="dashboard"), gr.update(value=[rid] if rid is not None else []),
+                         gr.update(value="mine"), True),
+            [e["last_run"]], [tabs, d["runs"], d["source"], d["picked"]], api_visibility="undocumented",
+            queue=False).then(open_fn, open_in, open_out, api_visibility="undocumented", concurrency_limit=None,
+                              show_progress="hidden")
         demo.unload(arena.unload)
     demo.queue(default_concurrency_limit=1)
     return demo

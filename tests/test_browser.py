@@ -289,7 +289,7 @@ def test_evalset_run_and_dashboard_on_the_users_runs(app, page, tmp_path):
     assert_short_floats(page, "#pd-bench-results")
     assert_no_overflow(page, "[role=tabpanel]:not([hidden])")
 
-    # the Dashboard now draws the user's own runs on opening, without pressing Show
+    # the Dashboard draws the user's own runs on opening, without pressing Show
     tab(page, "Dashboard")
     dashboard_drawn(page, "result rows from 2 run(s)")
     assert "reference" not in page.locator("#pd-dash-info").inner_text().lower()
@@ -300,6 +300,11 @@ def test_evalset_run_and_dashboard_on_the_users_runs(app, page, tmp_path):
     assert_no_overflow(page, "[role=tabpanel]:not([hidden])")
     assert "no parameter sweep" in page.locator("#pd-plot-sweep").inner_text()
     shot(page, "dashboard.png", full_page=True)
+    # the finished run links to its Dashboard view
+    tab(page, "Eval sets")
+    page.locator("#pd-bench-open").click()
+    dashboard_drawn(page, "result rows from 1 run(s)")
+    assert "browser-set" in page.locator("#pd-dash-runs").inner_text()
     # the reference stays one click away and is never mixed in
     page.locator("#pd-dash-source label", has_text="Reference").click()
     dashboard_drawn(page, "Showing the reference runs")

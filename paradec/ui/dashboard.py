@@ -214,5 +214,5 @@ class Dashboard:
             api_visibility="undocumented", concurrency_limit=None).then(
             self.show, inputs, outs, api_visibility="undocumented", concurrency_limit=None)
         return {"refresh_outputs": refresh_outs, "refresh": self.refresh_choices, "show": (self.show, inputs, outs),
-                "open": (self.open, open_inputs, open_outs)}
+                "open": (self.open, open_inputs, open_outs), "runs": run_pick, "source": which, "picked": picked}
 

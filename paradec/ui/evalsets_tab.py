@@ -210,7 +210,7 @@ class EvalSetsTab:
                (" It can be resumed below." if res["stopped"] else
                 f" Its charts: the **Dashboard** tab (pick run #{run_id} under *Runs*)."))
         from . import charts
-        return msg, charts.summary_frame(rows), gr.update(choices=self.resumable(), value=None)
+        return msg, charts.summary_frame(rows), gr.update(choices=self.resumable(), value=None), int(run_id)
 
     def stop(self, request: gr.Request = None):
         session = getattr(request, "session_hash", None) or "default"
@@ -251,6 +251,8 @@ class EvalSetsTab:
             run_btn = gr.Button("Run benchmark", variant="primary", elem_id="pd-bench-run")
             stop_btn = gr.Button("Stop", variant="stop", elem_id="pd-bench-stop")
         bench_msg = gr.Markdown("", elem_id="pd-bench-msg")
+        last_run = gr.State(None)          # the run just finished: the button below opens it in the Dashboard
+        open_btn = gr.Button("Open this run in the Dashboard", visible=False, elem_id="pd-bench-open", size="sm")
         from . import charts
         results = gr.Dataframe(charts.summary_frame([]), label="Results (per category and strategy)",
                                interactive=False, wrap=True, elem_id="pd-bench-results",
@@ -263,12 +265,13 @@ class EvalSetsTab:
         upload.upload(self.upload, [upload], [upload_msg, preview, source], api_name="upload_evalset",
                       concurrency_limit=None)
         run_ev = run_btn.click(self.run, [source, strategies, max_new, repeats, limit],
-                               [bench_msg, results, unfinished], api_name="run_bench", concurrency_id="engine",
-                               concurrency_limit=1)
-        resume_ev = resume_btn.click(self.resume, [unfinished], [bench_msg, results, unfinished], api_name="resume_bench",
-                         concurrency_id="engine", concurrency_limit=1)
+                               [bench_msg, results, unfinished, last_run], api_name="run_bench",
+                               concurrency_id="engine", concurrency_limit=1)
+        resume_ev = resume_btn.click(self.resume, [unfinished], [bench_msg, results, unfinished, last_run],
+                                     api_name="resume_bench", concurrency_id="engine", concurrency_limit=1)
         stop_btn.click(self.stop, None, [bench_msg], api_name="stop_bench", concurrency_limit=None)
         refresh_btn.click(self.refresh, None, [source, unfinished], api_name="refresh_evalsets",
                           concurrency_limit=None)
         return {"upload": upload, "source": source, "unfinished": unfinished, "refresh": self.refresh,
-                "lists": [source, unfinished], "ended": [run_ev, resume_ev]}
+                "lists": [source, unfinished], "ended": [run_ev, resume_ev], "last_run": last_run,
+                "open_button": open_btn}
