@@ -53,6 +53,11 @@ def start_app(db: str) -> tuple[subprocess.Popen, str]:
     raise SystemExit("app.py did not start within 180 s")
 
 
+def _figures(frame) -> dict:
+    """The race figures ({"finished", "lanes": ...}) among one frame's outputs, wherever the page puts them."""
+    return next((x for x in (frame or []) if isinstance(x, dict) and "lanes" in x), {})
+
+
 def one_client(url: str, i: int, strategies: list[str], max_new: int, deadline: float, out: list,
                barrier: threading.Barrier) -> None:
     from gradio_client import Client
@@ -70,13 +75,13 @@ def one_client(url: str, i: int, strategies: list[str], max_new: int, deadline: 
         while time.time() < deadline:
             outs = job.outputs()
             for o in outs[seen:]:
-                figs = o[-1] or {}
+                figs = _figures(o)
                 if rec["first_token_s"] is None and any(v["tokens"] > 0 for v in figs.get("lanes", {}).values()):
                     rec["first_token_s"] = time.perf_counter() - t0
             seen = len(outs)
             if job.done():
                 last = (job.outputs() or [None])[-1]
-                rec["completed"] = bool(last and last[-1] and last[-1].get("finished"))
+                rec["completed"] = bool(_figures(last).get("finished"))
                 rec["latency_s"] = time.perf_counter() - t0
                 break
             time.sleep(0.02)
