@@ -185,8 +185,10 @@ def default_part() -> str:
     summary = "\n".join(lines)
     runs = "\n".join(section(f"default-{s}.md") for s in have)
     return f"""**Machine**: {machine}. **Date**: {date}. One `bench` run per suite, all strategies of a suite in
-the same run (`bash evals/run_benchmarks.sh default`: the first {r['ar']['n'] if have else '?'} prompts of each
-suite, greedy, 64 new tokens, no perplexity pass).
+the same run (`bash evals/run_benchmarks.sh default`: the first N prompts of each suite — `N_DEFAULT=6` for
+conversation, whose 6 items hold 13 turns, and `N_DEFAULT=4` for the others, to fit the session — greedy, 64 new
+tokens, no perplexity pass; *n* counts generations per strategy). The CPU has AVX2 only (no AMX, no AVX512-BF16),
+so `--dtype auto` runs float32 (bf16 matmuls are emulated there).
 
 {summary}
 
@@ -194,7 +196,17 @@ Over the {len(have)} suites: `ar` ÷ `hf-generate` tokens/s between **{min(gen_r
 **{max(gen_ratios):.2f}** (goal ≥ 1.0); `ar` at **{min(fracs) if fracs else '?'}–{max(fracs) if fracs else '?'}%**
 of the read-bandwidth roofline measured in the same run (goal ≥ 80%); **{mism_total}** lossless mismatches.
 
-Skeleton-of-Thought on the list-style suite (same run as the `lists` row above):
+**Why the figures look like this on this CPU.** In float32 on AVX2 a pass over several new tokens is not nearly
+free, as it is in bf16 on AMX (83 / 90 / 128 ms for 1 / 16 / 64 tokens, measured on such a machine earlier): here
+verifying 11 drafted tokens costs 3.5 token-passes, so `pld` (10 proposals) pays only where answers copy the
+prompt (code-edit τ 5.23 → 1.88×, rag τ 3.26 → 1.26×) and `lookahead` (a window of many positions every pass) loses
+everywhere. `ar` itself sits at 31–41% of the read-bandwidth roofline: 92% of its time is in torch's fp32 linear
+kernels, which stream the weights at ~15 GB/s, not at the probe's 27–42 GB/s (the probe varies run to run on this
+shared machine: the roofline column uses each run's own figure).
+
+{section("forward_cost.md")}
+Skeleton-of-Thought on the list-style suite (same run as the `lists` row above; the skeleton and expansion prompts
+for this model are issue 19's work: with the generic template the answers are short and ROUGE-L against `ar` is low):
 
 {sot_rows}
 
