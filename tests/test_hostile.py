@@ -583,7 +583,7 @@ def test_the_app_resumes_a_cli_run_and_the_cli_an_app_run(tiny_engine, tmp_path)
     db = tmp_path / "a.db"
     rid = _app_suite_run(db, limit=4)
     store = Store(f"sqlite:///{db}")
-    msg, _, _ = EvalSetsTab(tiny_engine, store).resume(rid, progress=lambda *a, **k: None)
+    msg = EvalSetsTab(tiny_engine, store).resume(rid, progress=lambda *a, **k: None)[0]
     assert "finished" in msg and store.get_run(rid)["n_results"] == 4
     store.close()
 
@@ -592,7 +592,9 @@ def test_two_resumes_of_one_run_one_refuses(model_dir, tmp_path):
     from paradec.store import Store, StoreError
     db = tmp_path / "two.db"
     # in one process: two threads released together
-    rid = _app_suite_run(db, limit=12, done=1, max_new_tokens=200, ignore_eos=True, perplexity=False, warmup=False)
+    # enough work (40 prompts x 300 tokens) that the first resumer is still running when the second process,
+    # which needs seconds to start, tries to claim the run
+    rid = _app_suite_run(db, limit=40, done=1, max_new_tokens=300, ignore_eos=True, perplexity=False, warmup=False)
     barrier, outcome = threading.Barrier(2), []
 
     def claim():
@@ -622,7 +624,7 @@ def test_two_resumes_of_one_run_one_refuses(model_dir, tmp_path):
     assert first.returncode == 0, err1
     assert rc == 2 and "being run right now" in err and "Traceback" not in err, err
     rows = _rows(db)
-    assert len(rows) == len(set(rows)) == 12
+    assert len(rows) == len(set(rows)) == 40
 
 
 # ---------------------------------------------------------------------------------------------- 8. CLI errors
