@@ -36,29 +36,25 @@ def ids_of(engine, name, req):
     return [t for s in get(name).stream(engine, req) for t in s.token_ids]
 
 
-def test_greedy_ar_equals_transformers_generate(default_engine):
-    e = default_engine
-    assert e.name == "qwen2.5-coder-0.5b-instruct" and e.vocab_size == 151936
-    for prompt, chat in PROMPTS:
-        req = Request(prompt=prompt, chat=chat, max_new_tokens=32, ignore_eos=True)
+def assert_ar_equals_generate(e, prompts, n):
+    """Greedy `ar` gives transformers' own generate's token ids, n tokens (EOS ignored), for every prompt."""
+    for prompt, chat in prompts:
+        req = Request(prompt=prompt, chat=chat, max_new_tokens=n, ignore_eos=True)
         ours = ids_of(e, "ar", req)
         x = torch.tensor([e.encode(req)])
         with torch.inference_mode():
             ref = e.model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,
-                                   max_new_tokens=32, min_new_tokens=32, eos_token_id=None, pad_token_id=e.pad_id)
+                                   max_new_tokens=n, min_new_tokens=n, eos_token_id=None, pad_token_id=e.pad_id)
         assert ours == ref[0, x.shape[1]:].tolist(), prompt
+
+
+def test_greedy_ar_equals_transformers_generate(default_engine):
+    assert default_engine.name == "qwen2.5-coder-0.5b-instruct" and default_engine.vocab_size == 151936
+    assert_ar_equals_generate(default_engine, PROMPTS, 32)
 
 
 def test_greedy_ar_equals_generate_on_paradec_tiny(tiny_model_engine):
-    e = tiny_model_engine
-    for prompt, chat in TINY_PROMPTS:
-        req = Request(prompt=prompt, chat=chat, max_new_tokens=48, ignore_eos=True)
-        ours = ids_of(e, "ar", req)
-        x = torch.tensor([e.encode(req)])
-        with torch.inference_mode():
-            ref = e.model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,
-                                   max_new_tokens=48, min_new_tokens=48, eos_token_id=None, pad_token_id=e.pad_id)
-        assert ours == ref[0, x.shape[1]:].tolist(), prompt
+    assert_ar_equals_generate(tiny_model_engine, TINY_PROMPTS, 48)
 
 
 def test_default_model_stops_at_the_end_of_its_turn(default_engine):
