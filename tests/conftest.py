@@ -23,6 +23,16 @@ def tiny_engine():
 
 
 @pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    """The random tiny model (seed 5) saved as an ordinary model folder, for CLI and server subprocesses."""
+    d = tmp_path_factory.mktemp("model")
+    e = random_engine(5)
+    e.model.save_pretrained(d)
+    e.tokenizer.save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="session")
 def default_engine():
     """The real default model (Qwen2.5-Coder-0.5B-Instruct), loaded as a user's first run does: no name given, so
     it is provisioned from the installed part packages on first use (once per machine; later sessions reuse it)."""

@@ -12,16 +12,7 @@ import pytest
 from paradec import bench as B
 from paradec.store import Store
 
-from conftest import ROOT, random_engine
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("model")
-    e = random_engine(5)
-    e.model.save_pretrained(d)
-    e.tokenizer.save_pretrained(d)
-    return d
+from conftest import ROOT
 
 
 def _cli(*args, **kw):

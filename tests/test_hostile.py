@@ -520,16 +520,6 @@ def test_every_csv_the_project_writes_goes_through_the_safe_writer():
 
 
 # ---------------------------------------------------------------------------------------------- 7. resume
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    from paradec.testing import random_engine
-    d = tmp_path_factory.mktemp("hostile-model")
-    e = random_engine(5)
-    e.model.save_pretrained(d)
-    e.tokenizer.save_pretrained(d)
-    return d
-
-
 def _cli(*args, wait=True):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     p = subprocess.Popen([sys.executable, "-m", "paradec", *args], cwd=ROOT, env=env, text=True,

@@ -114,15 +114,6 @@ def test_summary_counts_multi_turn_context(tiny_engine):
     assert not no_kv["kv_included"] and "KV-cache reads excluded" in B.roofline_line(no_kv)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("model")
-    e = random_engine(5)
-    e.model.save_pretrained(d)
-    e.tokenizer.save_pretrained(d)
-    return d
-
-
 def _cli(*args):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "paradec", *args], cwd=ROOT, env=env, text=True,
