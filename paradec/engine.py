@@ -132,6 +132,9 @@ def load_model(spec=None, device: str | None = None, dtype: str | None = None, t
     if tok is None or not hasattr(tok, "encode"):
         raise ModelError(f"{path} has no usable tokenizer")
     model.to(device_t).eval()
+    from . import kernels
+    if kernels.wanted(device_t, dtype_t):
+        kernels.stream_linears(model)       # few-row passes stream each weight once (paradec/kernels.py)
     return model, tok
 
 

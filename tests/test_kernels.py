@@ -1,0 +1,50 @@
+"""The weight-streaming linear (paradec/kernels.py): same numbers as F.linear, same decoding, hooks still run."""
+import torch
+from torch import nn
+
+from paradec import kernels
+from paradec.engine import Engine
+
+
+def test_streamed_linear_matches_f_linear_for_every_row_count():
+    g = torch.Generator().manual_seed(0)
+    lin = nn.Linear(96, 200)
+    for rows in (1, 2, 3, 7, 16, 64, 65):
+        x = torch.randn(1, rows, 96, generator=g)
+        want = nn.functional.linear(x, lin.weight, lin.bias)
+        with torch.no_grad():
+            got = kernels.streamed_linear(x, lin.weight, lin.bias)
+        assert got.shape == want.shape and got.is_contiguous()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    x = torch.randn(4, 96, generator=g)          # no bias
+    with torch.no_grad():
+        torch.testing.assert_close(kernels.streamed_linear(x, lin.weight, None), x @ lin.weight.T)
+
+
+def test_gradients_still_flow_through_the_standard_path():
+    lin = nn.Linear(8, 5)
+    kernels.stream_linears(lin)
+    x = torch.randn(3, 8, requires_grad=True)
+    lin(x).sum().backward()
+    assert x.grad is not None and lin.weight.grad is not None
+
+
+def test_a_loaded_cpu_float32_model_is_switched_and_decodes_the_same(model_dir):
+    e = Engine.load(str(model_dir), device="cpu", dtype="float32")
+    n_lin = sum(type(m) is nn.Linear for m in e.model.modules())
+    assert n_lin > 0 and all(getattr(m, kernels._TAG, False) for m in e.model.modules() if type(m) is nn.Linear)
+    ids = list(range(5, 30))
+    streamed = e.forward(ids, e.new_cache(), logits_to_keep=len(ids))
+    kernels.unstream_linears(e.model)
+    plain = e.forward(ids, e.new_cache(), logits_to_keep=len(ids))
+    torch.testing.assert_close(streamed, plain, rtol=1e-4, atol=1e-4)
+    assert torch.equal(streamed.argmax(-1), plain.argmax(-1))
+
+
+def test_forward_hooks_still_apply_to_a_streamed_linear():
+    lin = nn.Linear(8, 5)
+    kernels.stream_linears(lin)
+    lin.register_forward_hook(lambda _m, _i, out: out + 100.0)
+    with torch.no_grad():
+        y = lin(torch.randn(4, 8))
+    assert (y > 50).all()
