@@ -414,6 +414,9 @@ def main(argv=None) -> int:
     if argv[:2] == ["train", "ptp"]:        # the PTP and LUD trainers own their command lines
         from .training.ptp_train import train_ptp_main
         return train_ptp_main(argv[2:])
+    if argv[:2] == ["train", "draft"] and any(a == "--model" or a.startswith("--model=") for a in argv[2:]):
+        from .training.draft_distill import main as draft_main   # a distilled draft for a given target
+        return draft_main(argv[2:])
     if argv[:2] == ["train", "lud"]:
         from .training.lud_train import train_lud_main
         return train_lud_main(argv[2:])

@@ -40,10 +40,12 @@ KNOWN = {
     "paradec-tiny-draft": Profile("paradec-tiny-draft", context_length=512, sot_template="paradec-tiny",
                                   chars_per_token=3.0),
     # Qwen2.5-Coder-0.5B-Instruct: 32K native context; `<|im_end|>` ends a chat turn, `<|endoftext|>` a document.
-    # No draft with its tokenizer exists yet (`python -m paradec train draft --model ...` makes one).
+    # Its draft is distilled here (`python -m paradec train draft --model ...`; paradec/draft.py), shipped in
+    # data/drafts/ because the provisioned model folder is not part of the repository.
     "qwen2.5-coder-0.5b-instruct": Profile("qwen2.5-coder-0.5b-instruct", context_length=32768,
                                            stop_tokens=("<|im_end|>", "<|endoftext|>"), sot_template="generic",
-                                           draft=None, chars_per_token=3.6),
+                                           draft=ROOT / "data" / "drafts" / "qwen2.5-coder-0.5b-instruct",
+                                           chars_per_token=3.6),
 }
 
 

@@ -24,11 +24,22 @@ from ..sampling import process
 from .base import Output, Param, Request, RequestError, Strategy, register
 
 K_MIN, K_MAX = 1, 16
-TRAIN_DRAFT = "train it: python -m paradec train draft"
+TRAIN_DRAFT = "train it: python -m paradec train draft --model MODEL"
 
 
 def _dtype_name(engine) -> str:
     return str(engine.dtype).replace("torch.", "")
+
+
+def _load_draft(engine, path) -> Engine:
+    """A draft folder: a distilled paradec draft (shares the target's embeddings) or an ordinary model folder."""
+    from .. import draft as D
+    if D.is_draft_dir(path):
+        try:
+            return D.load(path, engine).engine()
+        except ValueError as e:
+            raise ModelError(str(e)) from e
+    return Engine.load(str(path), device=str(engine.device), dtype=_dtype_name(engine))
 
 
 _LOAD_LOCK = threading.Lock()    # draft loads are not thread-safe in transformers: one at a time
@@ -49,8 +60,9 @@ def configure_drafts(engine, specs) -> dict[str, str]:
         if not sep:
             name, path = Path(spec).name, spec
         name, path = name.strip(), path.strip()
-        if not name or not (Path(path) / "config.json").is_file():
-            raise ModelError(f"--draft {spec!r}: not a model folder (expected NAME=PATH or PATH with a config.json)")
+        if not name or not ((Path(path) / "config.json").is_file() or (Path(path) / "draft_config.json").is_file()):
+            raise ModelError(f"--draft {spec!r}: not a model folder (expected NAME=PATH or PATH with a config.json "
+                             "or a paradec draft_config.json)")
         if name in choices:
             raise ModelError(f"--draft: the name {name!r} is given twice")
         choices[name] = str(Path(path).resolve())
@@ -95,18 +107,17 @@ def draft_model(engine, request: Request | None = None) -> Engine:
             return engine.extras["draft"]
         default = next(iter(choices.values()), None) if choices else None
         default = default or getattr(getattr(engine, "profile", None), "draft", None)
-        if default is None or not (Path(default) / "config.json").exists():
+        if default is None or not any((Path(default) / f).exists() for f in ("config.json", "draft_config.json")):
             raise NoDraft(f"no draft model for {engine.name}: {TRAIN_DRAFT}")
         with _LOAD_LOCK:
             if engine.extras.get("draft") is None:
-                engine.extras["draft"] = Engine.load(str(default), device=str(engine.device),
-                                                     dtype=_dtype_name(engine))
+                engine.extras["draft"] = _load_draft(engine, default)
         return engine.extras["draft"]
     path = str(Path(path).expanduser().resolve()) if choices is None else path   # one cache entry per folder
     drafts = engine.extras.setdefault("drafts", {})
     with _LOAD_LOCK:
         if path not in drafts:
-            drafts[path] = Engine.load(path, device=str(engine.device), dtype=_dtype_name(engine))
+            drafts[path] = _load_draft(engine, path)
     return drafts[path]
 
 
