@@ -150,9 +150,9 @@ def default_part() -> str:
     have = [s for s in DEFAULT_SUITES if (B / f"default-{s}.md").exists()]
     if not have:
         return "No benchmark run on the default model yet: `bash evals/run_benchmarks.sh default`.\n"
-    head = ("| suite | n | ar tok/s | ar ÷ hf-generate | pld speed-up (τ) | hf-pld speed-up | lookahead speed-up (τ) | "
-            "lossless mismatches | ar vs read-bandwidth roofline |")
-    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
+    head = ("| suite | n | ar tok/s | ar ÷ hf-generate | sps speed-up (τ) | sps ÷ hf-assisted | pld speed-up (τ) | "
+            "hf-pld speed-up | lookahead speed-up (τ) | lossless mismatches | ar vs read-bandwidth roofline |")
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|"]
     gen_ratios, mism_total, fracs = [], 0, []
     for suite in have:
         name = f"default-{suite}.md"
@@ -170,7 +170,9 @@ def default_part() -> str:
         m = re.search(r"ar at (\d+)% of the ([0-9.]+) tok/s", roof)
         if m:
             fracs.append(int(m.group(1)))
-        lines.append(f"| {suite} | {r['ar']['n']} | {r['ar']['tokens/s']} | {f'{g:.2f}' if g else '–'} | {cell('pld')} | "
+        sa = tps("sps") / tps("hf-assisted") if tps("sps") and tps("hf-assisted") else None
+        lines.append(f"| {suite} | {r['ar']['n']} | {r['ar']['tokens/s']} | {f'{g:.2f}' if g else '–'} | {cell('sps')} | "
+                     f"{f'{sa:.2f}' if sa else '–'} | {cell('pld')} | "
                      f"{r['hf-pld']['speed-up vs ar'] if 'hf-pld' in r else '–'} | {cell('lookahead')} | {mism} | "
                      f"{(m.group(1) + '% of ' + m.group(2) + ' tok/s') if m else '–'} |")
     sot_rows = ""

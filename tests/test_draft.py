@@ -140,3 +140,26 @@ def test_training_prompts_are_disjoint_from_the_benchmark_suites():
     import json
     bench = json.loads(P.SUITES.joinpath("code.jsonl").read_text().splitlines()[0])["prompt"]
     assert P.overlap_with_suites([{"messages": [{"role": "user", "content": "Please: " + bench}]}])
+
+
+def test_train_draft_end_to_end_on_a_small_model_and_resume(model_dir, tmp_path):
+    """`train draft --model M` on the random tiny model: teacher answers, vocabulary, steps, a loadable draft with
+    a card; a second run with more steps resumes from the checkpoint instead of starting again."""
+    from paradec.engine import Engine
+    from paradec.training import draft_distill as DD
+    argv = ["--model", str(model_dir), "--layers", "0,-1", "--intermediate", "64", "--vocab", "400", "--steps", "3",
+            "--batch", "2", "--prompts", "9", "--eval-prompts", "9", "--gen-tokens", "8", "--gen-batch", "9",
+            "--eval-every", "3", "--ckpt-every", "3", "--calib-rows", "2", "--out", str(tmp_path / "d"),
+            "--work", str(tmp_path / "w")]
+    assert DD.main(argv) == 0
+    cfg = json.loads((tmp_path / "d" / D.CONFIG).read_text())
+    assert cfg["steps"] == 3 and cfg["complete"] and [c["step"] for c in cfg["curve"]] == [0, 3]
+    assert 0.0 <= cfg["curve"][-1]["greedy"] <= 1.0 and cfg["kept_tokens"] <= 400
+    assert "Held-out per-token acceptance" in (tmp_path / "d" / "README.md").read_text()
+    target = Engine.load(str(model_dir), dtype="float32")
+    d = D.load(tmp_path / "d", target)
+    assert len(d.kept_ids) == cfg["kept_tokens"]
+    argv[argv.index("--steps") + 1] = "5"
+    assert DD.main(argv) == 0
+    cfg = json.loads((tmp_path / "d" / D.CONFIG).read_text())
+    assert cfg["steps"] == 5 and [c["step"] for c in cfg["curve"]] == [0, 3, 5]

@@ -35,21 +35,26 @@ from .prompts import training_prompts
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def encode_prompts(engine, prompts: list[dict], max_prompt: int) -> list[list[int]]:
+def encode_prompts(engine, prompts: list[dict], max_prompt: int) -> tuple[list[list[int]], dict]:
     """Chat-encoded prompts (their last max_prompt tokens), shortest first: batched generation left-pads each
-    batch to its longest prompt, so batching similar lengths avoids prefilling padding."""
-    return sorted((engine.encode_messages(p["messages"])[-max_prompt:] for p in prompts), key=len)
+    batch to its longest prompt, so batching similar lengths avoids prefilling padding. Also {ids: kind}."""
+    enc = [(engine.encode_messages(p["messages"])[-max_prompt:], p["kind"]) for p in prompts]
+    kinds = {tuple(ids): kind for ids, kind in enc}
+    return sorted((ids for ids, _k in enc), key=len), kinds
 
 
 def teacher(engine, args, work: Path):
     """(train rows, held-out rows, description, minutes) of the target's answers to the training prompts."""
     from .ptp_train import teacher_rows
     t0 = time.time()
-    tr = encode_prompts(engine, training_prompts(args.prompts, args.seed, "train"), args.max_prompt)
-    va = encode_prompts(engine, training_prompts(args.eval_prompts, args.seed, "heldout"), args.max_prompt)
+    tr, kinds = encode_prompts(engine, training_prompts(args.prompts, args.seed, "train"), args.max_prompt)
+    va, vkinds = encode_prompts(engine, training_prompts(args.eval_prompts, args.seed, "heldout"), args.max_prompt)
+    kinds.update(vkinds)
     rows = teacher_rows(engine, tr, args.gen_tokens, args.seed, work / "teacher.pt", "train", args.gen_batch)
     held = teacher_rows(engine, va, args.gen_tokens, args.seed + 7, work / "teacher_heldout.pt", "held-out",
                         args.gen_batch)
+    for r in rows + held:
+        r["kind"] = kinds.get(tuple(r["prompt"]), "?")
     desc = (f"{len(tr)} training prompts (paradec.training.prompts, disjoint from evals/suites; 9 kinds), one "
             f"sampled (T 0.7, top-k 50, top-p 0.95) and one greedy answer each by the target, up to "
             f"{args.gen_tokens} tokens; {len(va)} held-out prompts from held-out modules")
@@ -109,7 +114,7 @@ def acceptance(draft: D.Draft, rows: list[dict], max_len: int) -> dict:
     """Per-token agreement on held-out answers: draft argmax (over its kept vocabulary) == the target's token,
     for greedy answers (greedy sps accepts exactly these) and sampled ones; plus the expected tokens per
     target pass of greedy sps with k = 4 drafts if each token were accepted independently at that rate."""
-    res = {}
+    res, per_kind = {}, {}
     for g in (True, False):
         sel = [r for r in rows if bool(r["greedy"]) == g and r["completion"]]
         hit = tot = 0
@@ -119,11 +124,17 @@ def acceptance(draft: D.Draft, rows: list[dict], max_len: int) -> dict:
             h = draft.hidden(torch.tensor([seq]))[0]
             pred = draft.kept_ids[draft.kept_logits(h[max(0, a - 1):len(seq) - 1]).argmax(-1)]
             tgt = torch.tensor(seq[max(1, a):])
-            hit += int((pred == tgt).sum())
+            n_hit = int((pred == tgt).sum())
+            hit += n_hit
             tot += len(tgt)
+            if g:
+                k = per_kind.setdefault(r.get("kind", "?"), [0, 0])
+                k[0] += n_hit
+                k[1] += len(tgt)
         res["greedy" if g else "sampled"] = round(hit / max(1, tot), 4)
     a = res.get("greedy", 0.0)
     res["greedy_tokens_per_pass_k4"] = round(sum(a ** i for i in range(5)), 3)
+    res["greedy_by_kind"] = {k: round(h / max(1, t), 3) for k, (h, t) in sorted(per_kind.items())}
     return res
 
 
@@ -200,6 +211,7 @@ def train(args) -> Path:
         ids, labels = next(data)
         loss = step_loss(draft, ids, labels)
         checkpoint.optimizer_step(loss, params, opt)
+        loss = loss.detach()
         step += 1
         elapsed += time.time() - ts
         ema = float(loss) if ema is None else 0.95 * ema + 0.05 * float(loss)
@@ -218,8 +230,38 @@ def train(args) -> Path:
             break
     bar.close()
     save(final=True)
+    write_card(out)
     print(f"wrote {out}", file=sys.stderr)
     return out
+
+
+def write_card(folder: Path) -> Path:
+    """README.md for a draft folder, from its draft_config.json (this run's own figures)."""
+    import json
+    cfg = json.loads((Path(folder) / D.CONFIG).read_text())
+    curve = cfg.get("curve") or []
+    last = curve[-1] if curve else {}
+    size = (Path(folder) / D.WEIGHTS).stat().st_size
+    lines = [f"# Draft model for `{cfg['base_model']}`", "",
+             "A distilled draft for `sps` and `hf-assisted` (paradec/draft.py): target layers "
+             f"{cfg['source_layers']} copied, MLPs pruned to {cfg['intermediate_size']} neurons, a vocabulary of "
+             f"{cfg['kept_tokens']} tokens (the target's most frequent answer tokens; coverage of answer tokens: "
+             f"{cfg.get('vocab_coverage')}); input embeddings and LM-head rows are the target's, taken at load. "
+             f"File: {size / 1e6:.1f} MB (bfloat16).", "",
+             f"- Trained with: `{cfg.get('trained_with')}`", f"- Data: {cfg.get('data')}",
+             f"- Steps: {cfg.get('steps')} x batch {cfg.get('batch')} (rows of at most {cfg.get('max_len')} tokens), "
+             f"lr {cfg.get('lr')}", f"- Time: {cfg.get('train_minutes')} min training + {cfg.get('teacher_minutes')} "
+             f"min teacher answers; hardware: {cfg.get('hardware')}",
+             f"- Held-out per-token acceptance (draft argmax == target token): greedy answers {last.get('greedy')}, "
+             f"sampled answers {last.get('sampled')}; by kind (greedy): {last.get('greedy_by_kind')}", "",
+             "| step | loss | greedy | sampled |", "|---|---|---|---|"]
+    lines += [f"| {c.get('step')} | {c.get('loss', '')} | {c.get('greedy')} | {c.get('sampled')} |" for c in curve]
+    lines += ["", "Decoding with it is lossless whatever its quality: the target verifies every drafted token over "
+              "its full vocabulary; tokens outside the draft's vocabulary get probability 0 in q, which rejection "
+              "sampling handles exactly."]
+    path = Path(folder) / "README.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -232,15 +274,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vocab", type=int, default=16384, help="draft vocabulary size (most frequent answer tokens)")
     p.add_argument("--steps", type=int, default=1500)
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--max-len", type=int, default=384)
-    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--max-len", type=int, default=256)
+    p.add_argument("--lr", type=float, default=6e-4)
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--prompts", type=int, default=288, help="training prompts answered by the target")
     p.add_argument("--eval-prompts", type=int, default=36)
     p.add_argument("--max-prompt", type=int, default=320, help="prompt tokens kept (the tail)")
     p.add_argument("--gen-tokens", type=int, default=128)
     p.add_argument("--gen-batch", type=int, default=48)
-    p.add_argument("--calib-rows", type=int, default=32, help="answers used to rank MLP neurons for pruning")
+    p.add_argument("--calib-rows", type=int, default=16, help="answers used to rank MLP neurons for pruning")
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--ckpt-every", type=int, default=50)
     p.add_argument("--max-minutes", type=float, help="stop (and save) after this much wall time")
