@@ -51,8 +51,9 @@ from paradec.bench import effective_params  # noqa: E402
 from paradec import focus as F  # noqa: E402
 from paradec.engine import Engine  # noqa: E402
 from paradec.race import run_alone  # noqa: E402
-from paradec.sampling import next_tokens  # noqa: E402
+from paradec.decoding import one_token_steps  # noqa: E402
 from paradec.strategies import Output, Request, get  # noqa: E402
+from paradec.strategies.base import u_stream  # noqa: E402
 from paradec.strategies.parallel_context import encode_chunks, plan_chunks  # noqa: E402
 
 SUITE = ROOT / "evals" / "suites" / "longcontext.jsonl"
@@ -73,12 +74,9 @@ def ar_truncated(engine, req: Request) -> tuple[str, int, int]:
     out = Output(engine, req)
     cache = engine.new_cache()
     logits = engine.forward(kept, cache, logits_to_keep=1)[0, -1]
-    while True:
-        tok = int(next_tokens(logits, req.sampling, None))
-        out.add([tok])
-        if out.done:
-            return out.text, len(ids), len(kept)
-        logits = engine.forward([tok], cache, logits_to_keep=1)[0, -1]
+    for _ in one_token_steps(engine, out, logits, cache, sampling=req.sampling, us=u_stream(req)):
+        pass
+    return out.text, len(ids), len(kept)
 
 
 def usable_strategies(engine, names: list[str]) -> tuple[list[str], dict[str, str]]:

@@ -22,7 +22,7 @@ from dataclasses import replace
 import torch
 
 from .. import focus as F
-from ..sampling import next_tokens
+from ..decoding import one_token_steps
 from .base import (Output, Param, Request, RequestError, Step, Strategy, register, trained_availability,
                    u_stream)
 from .parallel_context import plan_chunks, question_start
@@ -80,7 +80,6 @@ class FocusLLM(Strategy):
         lay = self.layout(engine, request, ad.dynamic)
         chunks, local = lay["chunks"], list(lay["question"])
         n = len(chunks)
-        sp, us = request.sampling, u_stream(request)
         out = Output(engine, request)
         info = {"chunks": n, "chunk_lengths": [len(c) for c in chunks], "window": lay["window"],
                 "question_tokens": len(local), "dynamic_prompt": min(ad.dynamic, len(local))}
@@ -104,18 +103,21 @@ class FocusLLM(Strategy):
             return logits, cache
 
         logits, cache = encode_local(local)
-        passes = 2 if enc is not None else 1
-        prefill, since = True, 0
-        while True:
-            tok = int(next_tokens(logits, sp, us[len(out.ids)] if us else None))
-            yield out.step([tok], forward_passes=passes, prefill=prefill, info=info)
-            if out.done:
-                return
-            prefill, info, since = False, {}, since + 1
+        since = 0
+
+        def feed(tok: int):
+            """The next logits after `tok`: fresh candidates every `refresh` tokens, else one pass on the cache."""
+            nonlocal cache, since
+            since += 1
             if lay["refresh"] and enc is not None and since >= lay["refresh"]:
+                since = 0
                 logits, cache = encode_local(local + out.ids)
-                passes, since = 2, 0
-                continue
+                return logits, 2
             pos = n + len(local) + len(out.ids) - 1
-            logits = engine.forward([tok], cache, [pos], logits_to_keep=1)[0, -1]
-            passes = 1
+            return engine.forward([tok], cache, [pos], logits_to_keep=1)[0, -1], 1
+
+        for st in one_token_steps(engine, out, logits, sampling=request.sampling, us=u_stream(request),
+                                  passes=2 if enc is not None else 1, feed=feed):
+            if st.prefill:
+                st.info.update(info)
+            yield st

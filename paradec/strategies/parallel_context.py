@@ -27,7 +27,7 @@ from dataclasses import replace
 
 import torch
 
-from ..sampling import next_tokens
+from ..decoding import one_token_steps
 from .base import Output, Param, Request, RequestError, Step, Strategy, register, u_stream
 
 MARKER = re.compile(r"\n\nQuestion:")
@@ -135,8 +135,6 @@ class ParallelContextWindows(Strategy):
     def stream(self, engine, request: Request):
         lay = self.layout(engine, request)
         chunks, question = lay["chunks"], lay["question"]
-        sp, us = request.sampling, u_stream(request)
-        out = Output(engine, request)
         info = {"chunks": len(chunks), "chunk_lengths": [len(c) for c in chunks], "window": lay["window"],
                 "question_tokens": len(question)}
         pos = max((len(c) for c in chunks), default=0)
@@ -150,13 +148,8 @@ class ParallelContextWindows(Strategy):
         q = len(question)
         mask = engine.tree_mask(past, torch.ones(q, q, dtype=torch.bool).tril())
         logits = engine.forward(question, cache, list(range(pos, pos + q)), mask, logits_to_keep=1)[0, -1]
-        pos += q
-        prefill = True
-        while True:
-            tok = int(next_tokens(logits, sp, us[len(out.ids)] if us else None))
-            yield out.step([tok], forward_passes=1, prefill=prefill, info=info)
-            if out.done:
-                return
-            prefill, info = False, {}
-            logits = engine.forward([tok], cache, [pos], logits_to_keep=1)[0, -1]
-            pos += 1
+        for st in one_token_steps(engine, Output(engine, request), logits, cache, sampling=request.sampling,
+                                  us=u_stream(request), position=pos + q):
+            if st.prefill:
+                st.info.update(info)
+            yield st

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..decoding import batched_tokens, one_token_steps
 from ..sampling import UStream, next_tokens
 from .base import Output, Param, Request, RequestError, Step, Strategy, get, register, u_stream
 
@@ -216,20 +217,18 @@ def expand_points(engine, request: Request, prompts: list[list[int]], outs: list
                         info={"stage": "expand-prefix", "shared_tokens": L, "reused_tokens": have})]
         cache.batch_repeat_interleave(B)
         past_mask = torch.ones((B, L), dtype=torch.long, device=engine.device)
-    logits, cache, mask, pos = engine.prefill_batch([p[L:] for p in prompts], cache, past_mask)
+
+    def choose(logits):
+        u = None if sp.greedy else torch.tensor([streams[i][len(outs[i].ids)] for i in range(B)], dtype=torch.float64)
+        return next_tokens(logits, sp, u)
+
     first_pass, started = True, [False] * B
-    while True:
-        if sp.greedy:
-            u = None
-        else:
-            u = torch.tensor([streams[i][len(outs[i].ids)] for i in range(B)], dtype=torch.float64)
-        toks = next_tokens(logits, sp, u).cpu()
+    for toks in batched_tokens(engine, [p[L:] for p in prompts], choose, lambda i: outs[i].done, cache, past_mask):
         steps = []
         for i in range(B):
             if outs[i].done:
                 continue
-            st = outs[i].step([int(toks[i])], segment=i + 1,
-                              info={"stage": "expand", "point": i + 1, "batch": B})
+            st = outs[i].step([toks[i]], segment=i + 1, info={"stage": "expand", "point": i + 1, "batch": B})
             if not started[i]:
                 started[i] = True
                 if headers:
@@ -240,14 +239,7 @@ def expand_points(engine, request: Request, prompts: list[list[int]], outs: list
         if first_pass:
             steps[0].info.update(shared_tokens=L, suffix_tokens=[len(p) - L for p in prompts])
         first_pass = False
-        if all(o.done for o in outs):
-            yield steps
-            return
         yield steps
-        feed = torch.tensor([engine.pad_id if outs[i].done else int(toks[i]) for i in range(B)],
-                            dtype=torch.long, device=engine.device)
-        logits, mask = engine.decode_batch(feed, cache, mask, pos)
-        pos = pos + 1
 
 
 def point_budgets(n: int, max_new_tokens: int, point_max_tokens: int) -> list[int]:
@@ -301,26 +293,18 @@ class SkeletonOfThought(Strategy):
                                    f"{engine.context_length}")
             sk_req = dataclasses.replace(plain, max_new_tokens=min(p["skeleton_max_tokens"], room))
             out = Output(engine, sk_req)
-            us = u_stream(request)
             cache = engine.new_cache()
-            fed = list(sk_ids)
             logits = engine.forward(sk_ids, cache, logits_to_keep=1)[0, -1]
-            first = True
-            while True:
-                tok = int(next_tokens(logits, request.sampling, us[len(out.ids)] if us else None))
-                st = out.step([tok], forward_passes=1, prefill=first, segment=0, info={"stage": "skeleton"})
-                if first:
+            for st in one_token_steps(engine, out, logits, cache, sampling=request.sampling, us=u_stream(request)):
+                st.segment, st.info["stage"] = 0, "skeleton"
+                if st.prefill:
                     st.text = skeleton_prefix() + st.text
-                first = False
                 if out.done:
                     points = parse_skeleton(skeleton_prefix() + out.text, p["max_points"])
                     st.info.update(skeleton=skeleton_prefix() + out.text, points=points)
-                    yield st
-                    break
                 yield st
-                logits = engine.forward([tok], cache, logits_to_keep=1)[0, -1]
-                fed.append(tok)
-            prefix = (cache, fed)
+            # the cache holds the skeleton prompt and every token fed back, i.e. all but the last one picked
+            prefix = (cache, (list(sk_ids) + out.ids)[:engine.cache_len(cache)])
             reason = "skeleton"
 
         # ---- fallback: nothing to parallelise

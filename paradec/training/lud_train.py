@@ -44,6 +44,7 @@ from pathlib import Path
 
 import torch
 
+from .. import decoding
 from ..lud import LUDAdapter, LUDConfig, base_signature, pad_group_mask
 from . import checkpoint
 
@@ -154,25 +155,7 @@ def greedy_texts(engine, chats: list[list[dict]], n: int, max_new: int, batch: i
             break
         if c and c[-1]["role"] == "assistant":
             rows.append(engine.encode_messages(c[:-1]))
-    out = []
-    for b in range(0, len(rows), batch):
-        part = rows[b:b + batch]
-        logits, cache, mask, pos = engine.prefill_batch(part)
-        gen = [[] for _ in part]
-        alive = torch.ones(len(part), dtype=torch.bool)
-        for _ in range(max_new):
-            tok = logits.argmax(-1)
-            for r in range(len(part)):
-                if alive[r]:
-                    gen[r].append(int(tok[r]))
-                    if int(tok[r]) in engine.eos_ids:
-                        alive[r] = False
-            if not alive.any():
-                break
-            logits, mask = engine.decode_batch(tok, cache, mask, pos)
-            pos = pos + 1
-        out += [p + g for p, g in zip(part, gen)]
-    return out
+    return [p + g for p, g in zip(rows, decoding.generate(engine, rows, max_new, batch=batch))]
 
 
 # ---------------------------------------------------------------- training

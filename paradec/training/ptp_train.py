@@ -39,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from .. import decoding
 from .. import ptp as P
 from ..sampling import SamplingParams, pick, process
 from . import checkpoint
@@ -123,31 +124,7 @@ def text_rows(engine, texts: list[str], seq: int, n: int, seed: int) -> list[dic
 def generate(engine, prompts: list[list[int]], max_new: int, sp: SamplingParams, seed: int,
              batch: int = 16, progress=None) -> list[list[int]]:
     """Completions of `prompts` by the engine itself (batched, left-padded), ending at EOS (kept) or max_new."""
-    gen = torch.Generator().manual_seed(seed)
-    out = []
-    for b in range(0, len(prompts), batch):
-        rows = prompts[b:b + batch]
-        logits, cache, mask, pos = engine.prefill_batch(rows)
-        done = [False] * len(rows)
-        comps: list[list[int]] = [[] for _ in rows]
-        for _ in range(max_new):
-            if sp.greedy:
-                tok = logits.argmax(-1)
-            else:
-                u = torch.rand(len(rows), generator=gen, dtype=torch.float64)
-                tok = pick(process(logits, sp), u.to(logits.device))
-            for i, t in enumerate(tok.tolist()):
-                if not done[i]:
-                    comps[i].append(t)
-                    done[i] = t in engine.eos_ids
-            if all(done):
-                break
-            logits, mask = engine.decode_batch(tok, cache, mask, pos)
-            pos = pos + 1
-        out.extend(comps)
-        if progress is not None:
-            progress.update(len(rows))
-    return out
+    return decoding.generate(engine, prompts, max_new, sp, seed, batch, progress)
 
 
 def teacher_rows(engine, prompts: list[list[int]], max_new: int, seed: int, cache_file: Path, label: str,
