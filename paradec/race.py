@@ -42,7 +42,7 @@ def timed_steps(engine, stream: Iterator[Step]) -> Iterator[tuple[Step, float]]:
 def strategy_stream(engine, name: str, request: Request) -> tuple[bool, Iterator[Step]]:
     """(lossless, step stream) of a strategy on an in-process engine, or on a remote one (paradec.remote)."""
     if getattr(engine, "remote", False):
-        return name in ("ar", "pld", "lookahead", "sps"), engine.stream(name, request)
+        return engine.lossless(name), engine.stream(name, request)
     strat = get(name)
     return strat.lossless, strat.stream(engine, request)
 

@@ -33,7 +33,6 @@ import httpx
 
 from .strategies.base import Request, RequestError, Step
 
-REMOTE_STRATEGIES = ("ar", "sot", "vllm-spec")
 SPEC_COUNTERS = {"drafts": "vllm:spec_decode_num_drafts", "draft_tokens": "vllm:spec_decode_num_draft_tokens",
                  "accepted_tokens": "vllm:spec_decode_num_accepted_tokens"}
 
@@ -210,6 +209,17 @@ class RemoteEngine:
                      "available": True, "why": "needs a vLLM server started with --speculative-config"})
         return data
 
+    @staticmethod
+    def lossless(name: str) -> bool:
+        """Whether `name` run on a server gives the tokens `ar` gives: a paradec strategy's own `lossless` flag;
+        `vllm-spec` is lossless by construction (vLLM verifies every draft with the target); others are not known
+        to be."""
+        if name == "vllm-spec":
+            return True
+        from .strategies import REGISTRY, load_all
+        load_all()
+        return bool(getattr(REGISTRY.get(name), "lossless", False))
+
     def metrics_text(self) -> str:
         return self._get("/metrics").text
 
@@ -341,9 +351,9 @@ class RemoteEngine:
             yield held
 
     def _sot(self, request: Request, cancel=None) -> Iterator[Step]:
-        from .strategies.skeleton import (SkeletonOfThought, fallback_steps, template_for, parse_skeleton, point_budgets,
-                                          point_prefix, point_seed, render_skeleton, skeleton_prefix,
-                                          split_question)
+        from .strategies.skeleton import (SkeletonOfThought, answer_info, fallback_reason, fallback_steps,
+                                          given_points, point_plan, point_seed, point_stop, render_skeleton,
+                                          skeleton_prefix, skeleton_steps, split_question, template_for)
         p = SkeletonOfThought().resolve_params(request)
         tpl = template_for(p, self)
         history, question = split_question(request)
@@ -352,45 +362,27 @@ class RemoteEngine:
 
         forced = request.params.get("_skeleton")
         if forced is not None:
-            points = parse_skeleton(forced, p["max_points"]) if isinstance(forced, str) \
-                else [str(x).strip() for x in forced][:p["max_points"]]
-            reason = "given skeleton"
+            points, source = given_points(forced, p["max_points"]), "given skeleton"
         else:
             sk_req = dataclasses.replace(plain, messages=tpl.skeleton_messages(history, question), prompt="",
                                          assistant_prefix=skeleton_prefix(),
                                          max_new_tokens=p["skeleton_max_tokens"])
-            text, first = "", True
-            for st in self._plain(sk_req, None, cancel):
-                st.segment = 0
-                st.info["stage"] = "skeleton"
-                if first:
-                    st.text = skeleton_prefix() + st.text
-                    first = False
-                text += st.text
-                if st.finished:
-                    points = parse_skeleton(text, p["max_points"])
-                    st.info.update(skeleton=text, points=points)
-                    st.finished, st.finish_reason = False, None
-                yield st
-            reason = "skeleton"
+            points = yield from skeleton_steps(self._plain(sk_req, None, cancel), p["max_points"], end_stage=True)
+            source = "skeleton"
 
         if len(points) < 2:
-            why = (f"the {reason} has {len(points)} point{'s' if len(points) != 1 else ''}; "
-                   "SoT needs at least 2, answering autoregressively")
             ar_req = dataclasses.replace(request, params={})
-            yield from fallback_steps(self._plain(ar_req, None, cancel, segment=1), why)
+            yield from fallback_steps(self._plain(ar_req, None, cancel, segment=1), fallback_reason(source, points))
             return
 
         skeleton = render_skeleton(points)
-        budgets = point_budgets(len(points), request.max_new_tokens, p["point_max_tokens"])
-        points = points[:len(budgets)]
-        headers = [point_prefix(b, pt) for b, pt in enumerate(points, 1)]
+        points, budgets, headers = point_plan(points, request, p)
         q: queue.Queue = queue.Queue()
 
         def run_point(b: int) -> None:
             req = dataclasses.replace(plain, messages=tpl.expansion_messages(history, question, skeleton, b),
                                       prompt="", assistant_prefix=headers[b - 1], max_new_tokens=budgets[b - 1],
-                                      seed=point_seed(request.seed, b), stop=list(request.stop) + [f"\n{b + 1}."])
+                                      seed=point_seed(request.seed, b), stop=point_stop(request, b))
             try:
                 for st in self._plain(req, None, cancel, segment=b):
                     q.put(("step", b, st))
@@ -430,8 +422,7 @@ class RemoteEngine:
         finally:
             if live:               # the caller stopped early or a point failed: stop the other point streams
                 cancel.set()
-        answer = "\n".join(texts[b] if b in started else headers[b - 1] for b in texts)
         held.finished, held.finish_reason = True, "stop"
-        held.info.update(answer=answer, points=points, point_tokens=[tokens[b] for b in texts],
-                         finish_reasons=[reasons.get(b) for b in texts])
+        held.info.update(answer_info(points, [texts[b] if b in started else headers[b - 1] for b in texts],
+                                     [tokens[b] for b in texts], [reasons.get(b) for b in texts]))
         yield held

@@ -249,6 +249,57 @@ def point_budgets(n: int, max_new_tokens: int, point_max_tokens: int) -> list[in
     return [max(1, min(point_max_tokens, max_new_tokens // n))] * n
 
 
+def given_points(forced, max_points: int) -> list[str]:
+    """The points of a skeleton given with the request (`_skeleton`: its text, or the list of points)."""
+    if isinstance(forced, str):
+        return parse_skeleton(forced, max_points)
+    return [str(x).strip() for x in forced][:max_points]
+
+
+def skeleton_steps(steps, max_points: int, end_stage: bool = False):
+    """The skeleton stage's Steps, dressed as SoT shows them: segment 0, stage 'skeleton', the pre-filled "1."
+    in front of the first text, and on the finishing Step the skeleton and its points. Returns the points.
+    end_stage: clear the finishing Step's finished flag (the answer is still to come)."""
+    text, first, points = "", True, None
+    for st in steps:
+        st.segment, st.info["stage"] = 0, "skeleton"
+        if first:
+            st.text = skeleton_prefix() + st.text
+            first = False
+        text += st.text
+        if st.finished:
+            points = parse_skeleton(text, max_points)
+            st.info.update(skeleton=text, points=points)
+            if end_stage:
+                st.finished, st.finish_reason = False, None
+        yield st
+    return points if points is not None else parse_skeleton(text, max_points)
+
+
+def fallback_reason(source: str, points: list[str]) -> str:
+    n = len(points)
+    return (f"the {source} has {n} point{'s' if n != 1 else ''}; "
+            "SoT needs at least 2, answering autoregressively")
+
+
+def point_plan(points: list[str], request: Request, p: dict) -> tuple[list[str], list[int], list[str]]:
+    """(points kept, their token budgets, their headers "b. <point>") for the expansion stage."""
+    budgets = point_budgets(len(points), request.max_new_tokens, p["point_max_tokens"])
+    points = points[:len(budgets)]
+    return points, budgets, [point_prefix(b, pt) for b, pt in enumerate(points, 1)]
+
+
+def point_stop(request: Request, b: int) -> list[str]:
+    """Point b's stop strings: the request's, and the start of the next point."""
+    return list(request.stop) + [f"\n{b + 1}."]
+
+
+def answer_info(points: list[str], texts: list[str], tokens: list[int], reasons: list) -> dict:
+    """What the last Step of SoT carries: the answer (every point's text, header included, one per line),
+    the points, and each point's token count and finish reason."""
+    return {"answer": "\n".join(texts), "points": points, "point_tokens": tokens, "finish_reasons": reasons}
+
+
 SOT_PARAMS = {
     "max_points": Param(10, int, 2, 10, help="most skeleton points kept"),
     "point_max_tokens": Param(48, int, 1, 1024, help="most tokens one point may generate"),
@@ -281,9 +332,7 @@ class SkeletonOfThought(Strategy):
         forced = request.params.get("_skeleton")
         prefix = None
         if forced is not None:   # tests and replays: a given skeleton, no skeleton pass
-            points = parse_skeleton(forced, p["max_points"]) if isinstance(forced, str) \
-                else [str(x).strip() for x in forced][:p["max_points"]]
-            reason = "given skeleton"
+            points, source = given_points(forced, p["max_points"]), "given skeleton"
         else:
             sk_msgs = tpl.skeleton_messages(history, question)
             sk_ids = engine.encode_messages(sk_msgs, skeleton_prefix())
@@ -295,23 +344,15 @@ class SkeletonOfThought(Strategy):
             out = Output(engine, sk_req)
             cache = engine.new_cache()
             logits = engine.forward(sk_ids, cache, logits_to_keep=1)[0, -1]
-            for st in one_token_steps(engine, out, logits, cache, sampling=request.sampling, us=u_stream(request)):
-                st.segment, st.info["stage"] = 0, "skeleton"
-                if st.prefill:
-                    st.text = skeleton_prefix() + st.text
-                if out.done:
-                    points = parse_skeleton(skeleton_prefix() + out.text, p["max_points"])
-                    st.info.update(skeleton=skeleton_prefix() + out.text, points=points)
-                yield st
+            points = yield from skeleton_steps(one_token_steps(engine, out, logits, cache, sampling=request.sampling,
+                                                               us=u_stream(request)), p["max_points"])
             # the cache holds the skeleton prompt and every token fed back, i.e. all but the last one picked
             prefix = (cache, (list(sk_ids) + out.ids)[:engine.cache_len(cache)])
-            reason = "skeleton"
+            source = "skeleton"
 
         # ---- fallback: nothing to parallelise
         if len(points) < 2:
-            why = (f"the {reason} has {len(points)} point{'s' if len(points) != 1 else ''}; "
-                   "SoT needs at least 2, answering autoregressively")
-            yield from _fallback(engine, request, why)
+            yield from _fallback(engine, request, fallback_reason(source, points))
             return
 
         # ---- stage 2: all points in one batch
@@ -319,19 +360,18 @@ class SkeletonOfThought(Strategy):
         prompts = [engine.encode_messages(tpl.expansion_messages(history, question, skeleton, b),
                                           point_prefix(b, pt))
                    for b, pt in enumerate(points, 1)]
-        budgets = point_budgets(len(points), request.max_new_tokens, p["point_max_tokens"])
         room = engine.context_length - max(len(x) for x in prompts)
         if room < 1:
             yield from _fallback(engine, request, f"the expansion prompts ({max(len(x) for x in prompts)} tokens) "
                                                   f"do not fit the model's context of {engine.context_length}")
             return
-        points, prompts = points[:len(budgets)], prompts[:len(budgets)]
+        points, budgets, headers = point_plan(points, request, p)
+        prompts = prompts[:len(points)]
         budgets = [min(b, room) for b in budgets]
-        outs = [Output(engine, dataclasses.replace(request, stop=list(request.stop) + [f"\n{b + 1}."]), budget=bud)
+        outs = [Output(engine, dataclasses.replace(request, stop=point_stop(request, b)), budget=bud)
                 for b, bud in enumerate(budgets, 1)]
         streams = [None if request.sampling.greedy else UStream(point_seed(request.seed, b))
                    for b in range(1, len(points) + 1)]
-        headers = [point_prefix(b, pt) for b, pt in enumerate(points, 1)]
         if p["expansion"] == "batched":
             groups = [(prompts, outs, streams, prefix, headers)]
         else:   # one point at a time; each starts from its own copy of the skeleton pass's cache
@@ -349,10 +389,8 @@ class SkeletonOfThought(Strategy):
                 for st in steps[:-1]:
                     yield st
                 last = steps[-1]
-        answer = "\n".join(h + o.text for h, o in zip(headers, outs))
-        last.info.update(answer=answer, points=points,
-                         point_tokens=[len(o.ids) for o in outs],
-                         finish_reasons=[o.finish_reason for o in outs])
+        last.info.update(answer_info(points, [h + o.text for h, o in zip(headers, outs)], [len(o.ids) for o in outs],
+                                     [o.finish_reason for o in outs]))
         yield last
 
 
