@@ -359,10 +359,6 @@ def roofline_line(r: dict | None) -> str:
     return R.line(r) if r else "roofline: not measured"
 
 
-def settings_with(settings: BenchSettings, **kw) -> BenchSettings:
-    return replace(settings, **kw)
-
-
 def race_vs_alone(engine, request: Request, strategies: list[str], repeats: int = 3) -> list[dict]:
     """Race the strategies together, then run each alone, `repeats` times each, alternating; compare tokens/s.
 

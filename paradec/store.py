@@ -1,4 +1,4 @@
-"""The results store: runs, eval sets and their items, results, and optional per-step events.
+"""The results store: runs, eval sets and their items, and results.
 
 SQLAlchemy 2 ORM on any SQLAlchemy URL; by default a SQLite file at `data/paradec.db` (or `$PARADEC_DB`)
 in WAL mode with a busy timeout and foreign keys on, so a dashboard can read while a benchmark writes.
@@ -136,25 +136,9 @@ class Result(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
     run: Mapped[Run] = relationship(back_populates="results")
-    steps: Mapped[list["StepEvent"]] = relationship(cascade="all, delete-orphan", passive_deletes=True,
-                                                    order_by="StepEvent.idx")
-
-
-class StepEvent(Base):
-    __tablename__ = "step_events"
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    result_id: Mapped[int] = mapped_column(ForeignKey("results.id", ondelete="CASCADE"), index=True)
-    idx: Mapped[int] = mapped_column(Integer)
-    t_s: Mapped[float] = mapped_column(Float)
-    n_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    segment: Mapped[int] = mapped_column(Integer, default=0)
-    forward_passes: Mapped[int] = mapped_column(Integer, default=0)
-    draft_passes: Mapped[int] = mapped_column(Integer, default=0)
 
 
 RESULT_FIELDS = {c.name for c in Result.__table__.columns} - {"id", "run_id", "created_at"}
-STEP_FIELDS = {c.name for c in StepEvent.__table__.columns} - {"id", "result_id"}
 RUN_FIELDS = {c.name for c in Run.__table__.columns} - {"id"}
 
 
@@ -279,7 +263,7 @@ class Store:
         """Row count of every table (for checks and the UI)."""
         with self.session() as s:
             return {m.__tablename__: s.scalar(select(func.count()).select_from(m))
-                    for m in (Run, EvalSetRow, EvalItemRow, Result, StepEvent)}
+                    for m in (Run, EvalSetRow, EvalItemRow, Result)}
 
     # ------------------------------------------------------------------ runs
     def create_run(self, kind: str, *, name: str = "", model: str = "", device: str = "", dtype: str = "",
@@ -423,7 +407,6 @@ class Store:
                         for k, v in fields.items():
                             setattr(existing, k, v)
                         existing.created_at = _now()
-                        s.query(StepEvent).filter(StepEvent.result_id == existing.id).delete()
                         s.commit()
                     return existing.id
                 row = Result(run_id=run_id, **fields)
@@ -444,29 +427,6 @@ class Store:
         return s.scalars(select(Result).where(Result.run_id == run_id, Result.item_key == item_key,
                                               Result.strategy == strategy, Result.repeat == repeat,
                                               Result.turn == turn)).first()
-
-    def add_step_events(self, result_id: int, events: Iterable[dict]) -> int:
-        """Store a result's per-step log (one transaction). Each event: idx, t_s, n_tokens, segment,
-        forward_passes, draft_passes (missing idx = position). Returns the number stored."""
-        rows = []
-        for i, ev in enumerate(events):
-            bad = set(ev) - STEP_FIELDS
-            if bad:
-                raise StoreError(f"unknown step event field(s): {', '.join(sorted(bad))}")
-            rows.append(StepEvent(result_id=result_id, **{"idx": i, **ev}))
-        with self.session() as s:
-            s.add_all(rows)
-            try:
-                s.commit()
-            except IntegrityError as e:
-                s.rollback()
-                raise StoreError(f"cannot store step events: there is no result {result_id}") from e
-        return len(rows)
-
-    def get_step_events(self, result_id: int) -> list[dict]:
-        with self.session() as s:
-            return [_row_dict(e) for e in s.scalars(select(StepEvent).where(StepEvent.result_id == result_id)
-                                                     .order_by(StepEvent.idx))]
 
     def done_keys(self, run_id: int, include_errors: bool = False) -> set[tuple[str, str, int, int]]:
         """(item_key, strategy, repeat, turn) of the results already stored for a run (for --resume).

@@ -10,7 +10,7 @@ from paradec import evalsets
 from paradec.evalsets import EvalSetError, builtin_suites, load_eval_set, load_suite
 from paradec.store import Store
 
-EMPTY = {"runs": 0, "eval_sets": 0, "eval_items": 0, "results": 0, "step_events": 0}
+EMPTY = {"runs": 0, "eval_sets": 0, "eval_items": 0, "results": 0}
 
 
 @pytest.fixture

@@ -107,16 +107,11 @@ def test_done_keys_and_error_retry(store):
     assert store.done_keys(rid + 1) == set()
 
 
-def test_step_events_and_cascade(store):
+def test_deleting_a_run_deletes_its_results(store):
     rid = _run(store)
-    res = store.add_result(rid, item_key="race", strategy="ar")
-    n = store.add_step_events(res, [{"t_s": 0.1, "n_tokens": 1, "forward_passes": 1},
-                                    {"t_s": 0.2, "n_tokens": 3, "segment": 1, "forward_passes": 1, "draft_passes": 4}])
-    assert n == 2
-    ev = store.get_step_events(res)
-    assert [e["idx"] for e in ev] == [0, 1] and ev[1]["draft_passes"] == 4 and ev[1]["segment"] == 1
+    store.add_result(rid, item_key="race", strategy="ar")
     store.delete_run(rid)
-    assert store.counts() == {"runs": 0, "eval_sets": 0, "eval_items": 0, "results": 0, "step_events": 0}
+    assert store.counts() == {"runs": 0, "eval_sets": 0, "eval_items": 0, "results": 0}
 
 
 def _set(ids):

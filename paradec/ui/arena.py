@@ -12,7 +12,6 @@ import json
 import queue
 import threading
 import time
-from dataclasses import asdict
 
 import gradio as gr
 
@@ -605,7 +604,3 @@ class Arena:
                 "temperature": temperature, "top_p": top_p, "seed": seed, "param_boxes": boxes, "columns": cols,
                 "status": status, "figures": figures_json, "chart": chart, "strategy_groups": boxes_by_group,
                 "ended": [race_ev, after]}
-
-
-def settings_dict(settings: BenchSettings) -> dict:
-    return asdict(settings)
