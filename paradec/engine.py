@@ -203,8 +203,8 @@ class Engine:
             cache.crop(-remove)
 
     @torch.inference_mode()
-    def forward(self, ids, cache=None, positions=None, mask=None, logits_to_keep: int = 0, model=None,
-                embeds=None, upcast: bool = True):
+    def forward(self, ids, cache=None, positions=None, mask=None, logits_to_keep: int = 0, embeds=None,
+                upcast: bool = True):
         """One forward pass. ids: (T,) or (B, T) list/tensor. Returns logits (B, T', V): float32, or with
         `upcast=False` in the model's dtype, for callers that keep many positions but read few rows (a 16-position
         bf16 pass over a 151,936-entry vocabulary would otherwise copy 9.7 MB to float32 for nothing; the rows a
@@ -221,9 +221,8 @@ class Engine:
             positions = torch.as_tensor(positions, device=self.device)
             if positions.dim() == 1:
                 positions = positions.unsqueeze(0)
-        out = (model or self.model)(input_ids=ids, inputs_embeds=embeds, past_key_values=cache, position_ids=positions,
-                                    attention_mask=mask, use_cache=cache is not None,
-                                    logits_to_keep=logits_to_keep)
+        out = self.model(input_ids=ids, inputs_embeds=embeds, past_key_values=cache, position_ids=positions,
+                         attention_mask=mask, use_cache=cache is not None, logits_to_keep=logits_to_keep)
         return out.logits.float() if upcast else out.logits
 
     def tree_mask(self, past_len: int, allowed: torch.Tensor, batch: int = 1) -> torch.Tensor:
