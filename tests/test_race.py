@@ -3,7 +3,8 @@ import threading
 
 from paradec.metrics import TimedStep, figures, percentile
 from paradec.race import Race, first_divergence, run_alone
-from paradec.strategies import Request
+from paradec.strategies import REGISTRY, Request
+from paradec.strategies.autoregressive import Autoregressive
 
 from conftest import random_engine
 
@@ -27,15 +28,40 @@ def test_race_interleaves_and_matches_alone(tiny_engine):
     assert sum(1 for _, n, _ in sched if n == "ar") == 40
 
 
-def test_each_lane_clock_is_its_own(tiny_engine):
-    """Two identical strategies in one race get (roughly) equal clocks and equal step counts."""
+def test_each_lane_clock_is_its_own(monkeypatch):
+    """Two identical strategies in one race get (roughly) equal clocks and equal step counts: every step goes to
+    the lane furthest behind on its own compute clock, so while both run their clocks never drift apart by more
+    than one step's time, and both do exactly the work each would do alone."""
+    class Twin(Autoregressive):
+        name = "ar-twin"
+
+    monkeypatch.setitem(REGISTRY, "ar-twin", Twin)
     big = random_engine(3, hidden=128, layers=4)
     req = Request(prompt="import os", chat=False, max_new_tokens=30, ignore_eos=True)
-    race = Race(big, req, [("ar", {}), ("hf-generate", {})])
-    lanes = race.run()
-    f = lanes["ar"].figures()
-    assert f.tokens == 30 and abs(f.elapsed_s - sum(s.dt for s in lanes["ar"].steps)) < 1e-9
-    assert f.ttft_s <= f.elapsed_s and f.tpot_s > 0
+    race = Race(big, req, ["ar", "ar-twin"]).start()
+    clock, running, longest, checked = {"ar": 0.0, "ar-twin": 0.0}, {"ar", "ar-twin"}, 0.0, 0
+    for ev in race.events(timeout=120):
+        if ev["type"] == "end":
+            running.discard(ev["lane"])
+        if ev["type"] != "step":
+            continue
+        me = ev["lane"]
+        other = "ar-twin" if me == "ar" else "ar"
+        dt = ev["figures"]["elapsed_s"] - clock[me]
+        if other in running:
+            assert clock[me] <= clock[other], "a step went to the lane that was ahead"
+            checked += 1
+        clock[me] = ev["figures"]["elapsed_s"]
+        longest = max(longest, dt)
+        if other in running:
+            assert abs(clock[me] - clock[other]) <= longest + 1e-9
+    lanes = race.lanes
+    assert checked >= 30
+    for lane in lanes.values():
+        f = lane.figures()
+        assert lane.status == "done" and len(lane.steps) == 30 and f.tokens == 30 and f.forward_passes == 30
+        assert f.ttft_s <= f.elapsed_s and f.tpot_s > 0
+    assert lanes["ar"].token_ids == lanes["ar-twin"].token_ids
 
 
 def test_stop_one_and_all():
