@@ -13,6 +13,17 @@ TINY = ROOT / "data" / "models" / "paradec-tiny"          # the small shipped mo
 DRAFT = ROOT / "data" / "models" / "paradec-tiny-draft"
 
 
+# A test is slow (`pytest -m "not slow"` leaves it out) when it carries @pytest.mark.slow or uses one of these
+# fixtures: each loads the real default model, launches the app or starts server subprocesses.
+SLOW_FIXTURES = {"default_engine", "app", "servers", "drafty"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 # the builders live in paradec.testing so that `python -m paradec.server --random-tiny` builds the same engine
 from paradec.testing import random_engine, random_tiny_engine, tokenizer_dir  # noqa: E402,F401
 

@@ -451,6 +451,7 @@ def start_app(args, env_extra, timeout):
             time.sleep(0.5)
 
 
+@pytest.mark.slow
 def test_app_py_binds_localhost_with_basic_auth(tmp_path):
     sys.path.insert(0, str(ROOT))
     from app import parse_auth
@@ -474,6 +475,7 @@ def test_app_py_binds_localhost_with_basic_auth(tmp_path):
         proc.wait(20)
 
 
+@pytest.mark.slow
 def test_app_on_a_remote_engine(tmp_path):
     """`app.py --engine URL`: the app on one machine, `paradec serve` as the engine; a race of 3 runs through it."""
     from test_server import Server

@@ -4,6 +4,7 @@ distribution on paradec-tiny (hundreds of calls)."""
 import math
 from collections import Counter
 
+import pytest
 import torch
 
 from paradec import sampling
@@ -110,6 +111,7 @@ def test_sampling_follows_processed_distribution(tiny_model_engine):
     assert not math.isnan(chi2)
 
 
+@pytest.mark.slow
 def test_cli_reaches_the_default_model_offline():
     import json
     import os

@@ -26,6 +26,7 @@ def _rows(db):
         return c.execute("select item_key, strategy, repeat, turn from results").fetchall()
 
 
+@pytest.mark.slow
 def test_kill_9_loses_nothing_and_resume_completes(model_dir, tmp_path):
     db = tmp_path / "bench.db"
     p = _cli("bench", "--model", str(model_dir), "--suite", "qa", "--limit", "12", "--strategies",

@@ -142,6 +142,7 @@ def test_training_prompts_are_disjoint_from_the_benchmark_suites():
     assert P.overlap_with_suites([{"messages": [{"role": "user", "content": "Please: " + bench}]}])
 
 
+@pytest.mark.slow
 def test_train_draft_end_to_end_on_a_small_model_and_resume(model_dir, tmp_path):
     """`train draft --model M` on the random tiny model: teacher answers, vocabulary, steps, a loadable draft with
     a card; a second run with more steps resumes from the checkpoint instead of starting again."""

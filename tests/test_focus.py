@@ -252,6 +252,7 @@ def test_sample_batch_repetition_targets_come_from_the_memory():
         assert mem[i:i + len(target)] == target and mem[i - 2:i] == local[-2:]
 
 
+@pytest.mark.slow
 def test_train_command(tmp_path):
     e = random_engine(5, hidden=32)
     folder = tmp_path / "tiny"

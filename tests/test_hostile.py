@@ -578,6 +578,7 @@ def test_the_app_resumes_a_cli_run_and_the_cli_an_app_run(tiny_engine, tmp_path)
     store.close()
 
 
+@pytest.mark.slow
 def test_two_resumes_of_one_run_one_refuses(model_dir, tmp_path):
     from paradec.store import Store, StoreError
     db = tmp_path / "two.db"
@@ -618,6 +619,7 @@ def test_two_resumes_of_one_run_one_refuses(model_dir, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- 8. CLI errors
+@pytest.mark.slow
 def test_cli_bad_input_is_one_line_not_a_traceback(model_dir, tmp_path):
     from paradec.store import Store
     db = tmp_path / "c.db"

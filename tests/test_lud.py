@@ -218,6 +218,7 @@ def test_adapter_parameter_and_default_folder(eng, trained, tmp_path):
 
 # ------------------------------------------------------------------ command
 
+@pytest.mark.slow
 def test_train_command_on_random_tiny_folder(tmp_path):
     e = random_engine(5, hidden=32)
     folder = tmp_path / "tiny"

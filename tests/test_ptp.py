@@ -219,6 +219,7 @@ def test_availability_and_parameters(tmp_path):
 
 # ---------------------------------------------------------------- the command on a user's own model
 
+@pytest.mark.slow
 def test_train_command_on_a_user_model_folder(tmp_path):
     """`train ptp` on a randomly initialised Llama folder: teacher completions (cached), training with
     checkpoints, the adapter beside the model with its curve and card, `ptp` available and lossless; a second
@@ -257,6 +258,7 @@ def test_train_command_on_a_user_model_folder(tmp_path):
     assert run(user, "ptp", PROMPTS[0])[0] == ref
 
 
+@pytest.mark.slow
 def test_teacher_free_c_ptp_from_plain_text(tmp_path):
     """--teacher-free trains a C-PTP adapter (slot k sees u_1..u_{k-1}) from a text file; decoding with it
     stays lossless, greedy and sampled."""

@@ -1,6 +1,8 @@
 """Smoke training of a ~1M-parameter model: loss falls, checkpoints resume, the result loads."""
 import json
 
+import pytest
+
 from paradec.engine import Engine
 from paradec.strategies import Request, get
 from paradec.training import lm
@@ -8,6 +10,7 @@ from paradec.training import lm
 from conftest import tokenizer_dir
 
 
+@pytest.mark.slow
 def test_smoke_train_resume_and_load(tmp_path):
     out, work = tmp_path / "model", tmp_path / "work"
     cfg = lm.TrainConfig(name="smoke", arch="smoke", steps=6, batch_size=4, seq_len=64, lr=5e-3, warmup=1,
