@@ -368,7 +368,7 @@ def test_draft_model_loading_and_availability(target, tmp_path, monkeypatch):
     bare = copy.copy(target)
     bare.extras = {}
     bare.profile = dataclasses.replace(bare.profile, draft=tmp_path / "no-draft-here")
-    assert sps.available(bare) == (False, "train it: python -m paradec train draft")
+    assert sps.available(bare) == (False, "train it: python -m paradec train draft --model MODEL")
     with pytest.raises(ModelError, match="python -m paradec train draft"):
         list(sps.stream(bare, Request(prompt="hi")))
     # a draft folder given by path: loaded once with Engine.load, cached, usable
