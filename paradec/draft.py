@@ -106,9 +106,12 @@ class Draft:
             cfg.max_window_layers = n_layers
         vocab = cfg.vocab_size
         cfg.vocab_size = 16
+        pad = getattr(cfg, "pad_token_id", None)
+        cfg.pad_token_id = None            # the shell's own 16-row embedding is replaced by the target's
         cfg.tie_word_embeddings = False
         model = AutoModelForCausalLM.from_config(cfg, dtype=engine.dtype)
         model.config.vocab_size = vocab
+        model.config.pad_token_id = pad
         return model
 
     @classmethod

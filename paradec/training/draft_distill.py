@@ -61,15 +61,30 @@ def teacher(engine, args, work: Path):
     return rows, held, desc, (time.time() - t0) / 60
 
 
-def choose_vocab(rows: list[dict], size: int, always: set[int]) -> list[int]:
-    """The `size` most frequent answer tokens (ties by id), stop tokens always in. Sorted ids."""
-    c = Counter(t for r in rows for t in r["completion"])
+def choose_vocab(rows: list[dict], size: int, always: set[int], fill: list[list[int]] = ()) -> list[int]:
+    """Stop tokens, then the target's answer tokens by frequency, then its prompts' tokens (answers copy them),
+    then the most frequent tokens of `fill` (tokenised corpus text) until `size`. Sorted ids."""
     keep = set(always)
-    for t, _n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0])):
-        if len(keep) >= size:
-            break
-        keep.add(t)
+    for counts in (Counter(t for r in rows for t in r["completion"]), Counter(t for r in rows for t in r["prompt"]),
+                   Counter(t for ids in fill for t in ids)):
+        for t, _n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            if len(keep) >= size:
+                return sorted(keep)
+            keep.add(t)
     return sorted(keep)
+
+
+def corpus_fill(engine, chars: int) -> list[list[int]]:
+    """Token ids of the first `chars` characters of the training corpus' raw text (standard-library source and
+    docs of the training modules): the vocabulary's filler beyond what the teacher answers contain."""
+    from .ptp_train import _corpus
+    out, n = [], 0
+    for text in _corpus().train_raw:
+        if n >= chars:
+            break
+        out.append(engine.tokenizer(text[:chars - n], add_special_tokens=False)["input_ids"])
+        n += len(text)
+    return out
 
 
 def coverage(rows: list[dict], kept: list[int]) -> float:
@@ -151,7 +166,7 @@ def train(args) -> Path:
     if args.teacher_only:
         print(f"teacher data: {len(rows)} rows, {len(held)} held-out ({teacher_min:.1f} min)", file=sys.stderr)
         return work
-    kept = choose_vocab(rows, args.vocab, set(engine.eos_ids))
+    kept = choose_vocab(rows, args.vocab, set(engine.eos_ids), corpus_fill(engine, args.fill_chars))
     cov = {"train": round(coverage(rows, kept), 4), "heldout": round(coverage(held, kept), 4)}
     print(f"vocabulary {len(kept)}: coverage of answer tokens train {cov['train']}, held-out {cov['heldout']}",
           file=sys.stderr)
@@ -272,7 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", default="0,-1", help="target layers the draft starts from (comma-separated; -1 = last)")
     p.add_argument("--intermediate", type=int, default=2432, help="MLP neurons kept per layer")
     p.add_argument("--vocab", type=int, default=16384, help="draft vocabulary size (most frequent answer tokens)")
-    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--fill-chars", type=int, default=3_000_000,
+                   help="corpus characters whose frequent tokens fill the vocabulary after the answers' and prompts'")
+    p.add_argument("--steps", type=int, default=1200)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--max-len", type=int, default=256)
     p.add_argument("--lr", type=float, default=6e-4)
