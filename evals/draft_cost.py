@@ -55,8 +55,17 @@ def main(argv=None) -> int:
 
     t1 = best(target(1), args.repeats)
     td = best(draft, args.repeats * 3)
-    print(f"{e.name} {str(e.dtype).replace('torch.', '')}, {torch.get_num_threads()} threads, context {args.context}")
-    print(f"| pass | ms | x one target token |\n|---|---|---|")
+    import datetime as dt
+    cpu = "cpu"
+    try:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    print(f"`python evals/draft_cost.py` ({dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {cpu}, "
+          f"{torch.get_num_threads()} threads; {e.name} in {str(e.dtype).replace('torch.', '')} and its draft "
+          f"{d.name}, context {args.context}, best of {args.repeats}):")
+    print()
+    print("| pass | ms | × one target token |\n|---|---|---|")
     print(f"| target, 1 token | {1000 * t1:.1f} | 1.00 |")
     print(f"| draft, 1 token | {1000 * td:.1f} | {td / t1:.3f} |")
     for k in [int(x) for x in args.k.split(",")]:

@@ -21,9 +21,13 @@ def main(argv=None) -> int:
     ap.add_argument("--model")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--context", type=int, default=200)
-    ap.add_argument("--tokens", default="1,4,11,16,32,64")
+    ap.add_argument("--tokens", default="1,2,4,5,8,11,16,32,64")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--compare", action="store_true",
+                    help="also measure with torch's F.linear (paradec.kernels switched off) and print a Markdown table")
     args = ap.parse_args(argv)
+    if args.compare:
+        return compare(args)
     e = Engine.load(args.model, dtype=args.dtype)
     g = torch.Generator().manual_seed(0)
     ctx = torch.randint(0, 1000, (args.context,), generator=g).tolist()
@@ -45,6 +49,57 @@ def main(argv=None) -> int:
         best = min(times)
         base = base or best
         print(f"  T={T:3d}: {1000 * best:7.1f} ms  ({best / base:.2f}x one token)")
+    return 0
+
+
+def curve(e, cache, context: int, tokens: list[int], repeats: int, g) -> dict[int, float]:
+    """Best-of-`repeats` seconds of a pass over T new tokens after `context` cached ones, for each T."""
+    out = {}
+    for T in tokens:
+        new = torch.randint(0, 1000, (T,), generator=g).tolist()
+        times = []
+        for _ in range(repeats):
+            e.sync()
+            t0 = time.perf_counter()
+            e.forward(new, cache, positions=list(range(context, context + T)), logits_to_keep=T)
+            e.sync()
+            times.append(time.perf_counter() - t0)
+            e.crop(cache, context)
+        out[T] = min(times)
+    return out
+
+
+def compare(args) -> int:
+    import datetime as dt
+    import platform
+
+    from paradec import kernels
+    e = Engine.load(args.model, dtype=args.dtype)
+    g = torch.Generator().manual_seed(0)
+    ctx = torch.randint(0, 1000, (args.context,), generator=g).tolist()
+    cache = e.new_cache()
+    e.forward(ctx, cache, logits_to_keep=1)
+    tokens = [int(x) for x in args.tokens.split(",")]
+    kernels.stream_linears(e.model)
+    fast = curve(e, cache, args.context, tokens, args.repeats, g)
+    kernels.unstream_linears(e.model)
+    plain = curve(e, cache, args.context, tokens, args.repeats, g)
+    kernels.stream_linears(e.model)
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    print(f"`python evals/forward_cost.py --compare` ({dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {cpu}, "
+          f"{torch.get_num_threads()} threads; {e.name} in {str(e.dtype).replace('torch.', '')}, context "
+          f"{args.context}, best of {args.repeats}):")
+    print()
+    print("| new tokens in the pass | " + " | ".join(str(T) for T in tokens) + " |")
+    print("|---|" + "---|" * len(tokens))
+    print("| F.linear, ms | " + " | ".join(f"{1000 * plain[T]:.1f}" for T in tokens) + " |")
+    print("| F.linear, × one token | " + " | ".join(f"{plain[T] / plain[1]:.2f}" for T in tokens) + " |")
+    print("| paradec (W @ xᵀ), ms | " + " | ".join(f"{1000 * fast[T]:.1f}" for T in tokens) + " |")
+    print("| paradec, × one token | " + " | ".join(f"{fast[T] / fast[1]:.2f}" for T in tokens) + " |")
     return 0
 
 

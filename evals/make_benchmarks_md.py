@@ -186,11 +186,16 @@ def default_part() -> str:
     date = bullet(f"default-{have[0]}.md", "date")
     summary = "\n".join(lines)
     runs = "\n".join(section(f"default-{s}.md") for s in have)
+    missing = [x for x in DEFAULT_SUITES if x not in have]
+    draft_cost = section("draft_cost.md") if (B / "draft_cost.md").exists() else ""
+    draft_card = ROOT / "data" / "drafts" / "qwen2.5-coder-0.5b-instruct" / "draft_config.json"
+    card = json.loads(draft_card.read_text()) if draft_card.exists() else {}
+    acc = (card.get("heldout_acceptance") or {})
     return f"""**Machine**: {machine}. **Date**: {date}. One `bench` run per suite, all strategies of a suite in
-the same run (`bash evals/run_benchmarks.sh default`: the first N prompts of each suite — `N_DEFAULT=6` for
-conversation, whose 6 items hold 13 turns, and `N_DEFAULT=4` for the others, to fit the session — greedy, 64 new
-tokens, no perplexity pass; *n* counts generations per strategy). The CPU has AVX2 only (no AMX, no AVX512-BF16),
-so `--dtype auto` runs float32 (bf16 matmuls are emulated there).
+the same run (`bash evals/run_benchmarks.sh default` with `N_DEFAULT` = the first N items of each suite; greedy, 64
+new tokens, no perplexity pass; *n* counts generations per strategy, a conversation item holding several turns). The
+CPU has AVX2 only (no AMX, no AVX512-BF16), so `--dtype auto` runs float32 (bf16 matmuls are emulated there).
+{("Suites not re-run on the code as it stands (their figures are in git history): " + ", ".join(missing) + ".") if missing else ""}
 
 {summary}
 
@@ -198,22 +203,24 @@ Over the {len(have)} suites: `ar` ÷ `hf-generate` tokens/s between **{min(gen_r
 **{max(gen_ratios):.2f}** (goal ≥ 1.0); `ar` at **{min(fracs) if fracs else '?'}–{max(fracs) if fracs else '?'}%**
 of the read-bandwidth roofline measured in the same run (goal ≥ 80%); **{mism_total}** lossless mismatches.
 
-**Why the figures look like this on this CPU.** In float32 on AVX2 a pass over several new tokens is not nearly
-free, as it is in bf16 on AMX (83 / 90 / 128 ms for 1 / 16 / 64 tokens, measured on such a machine earlier): here
-verifying 11 drafted tokens costs 3.5 token-passes, so `pld` (10 proposals) pays only where answers copy the
-prompt (code-edit τ 5.23 → 1.88×, rag τ 3.26 → 1.26×) and `lookahead` (a window of many positions every pass) loses
-everywhere. `ar` itself sits at 31–41% of the read-bandwidth roofline: 92% of its time is in torch's fp32 linear
-kernels, which stream the weights at ~15 GB/s, not at the probe's 27–42 GB/s (the probe varies run to run on this
-shared machine: the roofline column uses each run's own figure).
+**Pass costs on this CPU.** In float32 on AVX2 torch's `F.linear` (x @ Wᵀ) packs every weight before a GEMM of a
+few rows, so a pass over 4 new tokens cost 2.3–2.6 one-token passes; paradec's engine now computes those passes as
+W @ xᵀ (`paradec/kernels.py`), which streams each weight once. The table shows both, measured in one process
+(`python evals/forward_cost.py --compare`):
 
 {section("forward_cost.md")}
-Skeleton-of-Thought on the list-style suite (same run as the `lists` row above; the skeleton and expansion prompts
-for this model are issue 19's work: with the generic template the answers are short and ROUGE-L against `ar` is low):
+{section("ar_profile.md") if (B / "ar_profile.md").exists() else ""}
+**The draft** (`sps`, `hf-assisted`): distilled here, `data/drafts/qwen2.5-coder-0.5b-instruct/` (card beside it):
+target layers {card.get('source_layers')} with MLPs pruned to {card.get('intermediate_size')} neurons, a
+{card.get('kept_tokens')}-token vocabulary, {card.get('steps')} steps, {card.get('train_minutes')} min of training
+on this CPU; held-out per-token acceptance (greedy) **{acc.get('greedy')}**. Its cost against the target
+(`python evals/draft_cost.py`):
 
-{sot_rows}
+{draft_cost}
+{("Skeleton-of-Thought on the list-style suite (same run as the `lists` row above):" + chr(10) + chr(10) + sot_rows) if sot_rows else ""}
 
-Not run on the default model, and why: `sps` and `hf-assisted` (no draft with Qwen's tokenizer yet, issue 17),
-`ptp` (no adapter, issue 16), `lud` (no parameters, issue 18), `focus` and `pcw` (long-context suite, issue 20).
+Not run on the default model, and why: `ptp` (no adapter, issue 16), `lud` (no parameters, issue 18), `focus` and
+`pcw` (long-context suite, issue 20).
 
 ### The runs
 
