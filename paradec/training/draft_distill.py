@@ -35,6 +35,13 @@ from .prompts import training_prompts
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def cpu_name() -> str:
+    try:
+        return next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def encode_prompts(engine, prompts: list[dict], max_prompt: int) -> tuple[list[list[int]], dict]:
     """Chat-encoded prompts (their last max_prompt tokens), shortest first: batched generation left-pads each
     batch to its longest prompt, so batching similar lengths avoids prefilling padding. Also {ids: kind}."""
@@ -162,9 +169,14 @@ def train(args) -> Path:
     out = Path(args.out) if args.out else D.shipped_dir(engine.name)
     work = Path(args.work) if args.work else ROOT / "data" / "work" / f"{engine.name}-distill"
     work.mkdir(parents=True, exist_ok=True)
+    def stamps():
+        return [f.stat().st_mtime_ns if f.exists() else None for f in (work / "teacher.pt", work / "teacher_heldout.pt")]
+    before = stamps()
     rows, held, data_desc, teacher_min = teacher(engine, args, work)
+    if None not in before and stamps() == before:          # both read from the cache, nothing regenerated
+        teacher_min = f"{teacher_min:.1f} (read from the cache an earlier run made)"
     if args.teacher_only:
-        print(f"teacher data: {len(rows)} rows, {len(held)} held-out ({teacher_min:.1f} min)", file=sys.stderr)
+        print(f"teacher data: {len(rows)} rows, {len(held)} held-out ({teacher_min} min)", file=sys.stderr)
         return work
     kept = choose_vocab(rows, args.vocab, set(engine.eos_ids), corpus_fill(engine, args.fill_chars))
     cov = {"train": round(coverage(rows, kept), 4), "heldout": round(coverage(held, kept), 4)}
@@ -202,9 +214,9 @@ def train(args) -> Path:
 
     def save(final=False):
         meta = {"base_model": engine.name, "trained_with": "python -m paradec train draft " + " ".join(args.argv),
-                "steps": step, "train_minutes": round(elapsed / 60, 2), "teacher_minutes": round(teacher_min, 2),
-                "hardware": f"{platform.machine()} {platform.processor() or ''} cpu, {torch.get_num_threads()} "
-                            "thread(s)".strip(),
+                "steps": step, "train_minutes": round(elapsed / 60, 2), "teacher_minutes": teacher_min if isinstance(teacher_min, str) else round(teacher_min, 2),
+                "hardware": f"{cpu_name()}, {torch.get_num_threads()} thread(s), {engine.device} "
+                            f"({str(engine.dtype).replace('torch.', '')})",
                 "data": data_desc, "vocab_coverage": cov, "lr": args.lr, "batch": args.batch,
                 "max_len": args.max_len, "curve": curve, "complete": final,
                 "heldout_acceptance": curve[-1] if curve else None}
