@@ -204,9 +204,12 @@ Over the {len(have)} suites: `ar` ÷ `hf-generate` tokens/s between **{min(gen_r
 of the read-bandwidth roofline measured in the same run (goal ≥ 80%); **{mism_total}** lossless mismatches.
 
 **Pass costs on this CPU.** In float32 on AVX2 torch's `F.linear` (x @ Wᵀ) packs every weight before a GEMM of a
-few rows, so a pass over 4 new tokens cost 2.3–2.6 one-token passes; paradec's engine now computes those passes as
-W @ xᵀ (`paradec/kernels.py`), which streams each weight once. The table shows both, measured in one process
-(`python evals/forward_cost.py --compare`):
+few rows, so the weights cross memory more than once; paradec's engine now computes passes of 2–64 rows as W @ xᵀ
+(`paradec/kernels.py`), which streams each weight once. The table shows both, measured in one process
+(`python evals/forward_cost.py --compare`). Some widths are not stable run to run: a 4-token pass took 0.9
+one-token passes in a first measurement the same day (120 ms against 135 ms for one token: the commit that added `paradec/kernels.py`)
+and 2.25 here, which `sps` meets whenever its adaptive k is 3. The same kernels serve transformers' `generate`
+on the same model object, so `hf-pld` and `hf-assisted` gain from them too.
 
 {section("forward_cost.md")}
 {section("ar_profile.md") if (B / "ar_profile.md").exists() else ""}
