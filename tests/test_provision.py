@@ -90,7 +90,8 @@ def test_provisioned_default_is_an_ordinary_model_folder(default_engine):
     # the engine's profile, not name checks elsewhere: context, stop tokens, SoT style, no draft yet
     prof = default_engine.profile
     assert prof.key == "qwen2.5-coder-0.5b-instruct" and prof.context_length == 32768
-    assert prof.sot_template == "generic" and prof.draft is None
+    assert prof.sot_template == "generic"
+    assert prof.draft is not None and (prof.draft / "draft_config.json").is_file()     # the shipped distilled draft
     # idempotent: a second setup keeps the folder as it is
     mtime = (d / "model.safetensors").stat().st_mtime
     assert provision.setup(log=lambda m: None) == d and (d / "model.safetensors").stat().st_mtime == mtime
