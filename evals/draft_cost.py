@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from paradec.engine import Engine  # noqa: E402
+from paradec.engine import Engine, cpu_name  # noqa: E402
 from paradec.strategies import Request  # noqa: E402
 from paradec.strategies.speculative import draft_model  # noqa: E402
 
@@ -56,12 +56,7 @@ def main(argv=None) -> int:
     t1 = best(target(1), args.repeats)
     td = best(draft, args.repeats * 3)
     import datetime as dt
-    cpu = "cpu"
-    try:
-        cpu = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    print(f"`python evals/draft_cost.py` ({dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {cpu}, "
+    print(f"`python evals/draft_cost.py` ({dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {cpu_name()}, "
           f"{torch.get_num_threads()} threads; {e.name} in {str(e.dtype).replace('torch.', '')} and its draft "
           f"{d.name}, context {args.context}, best of {args.repeats}):")
     print()

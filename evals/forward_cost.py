@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from paradec.engine import Engine  # noqa: E402
+from paradec.engine import Engine, cpu_name  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -26,28 +26,18 @@ def main(argv=None) -> int:
     ap.add_argument("--compare", action="store_true",
                     help="also measure with torch's F.linear (paradec.kernels switched off) and print a Markdown table")
     args = ap.parse_args(argv)
-    if args.compare:
-        return compare(args)
     e = Engine.load(args.model, dtype=args.dtype)
     g = torch.Generator().manual_seed(0)
     ctx = torch.randint(0, 1000, (args.context,), generator=g).tolist()
     cache = e.new_cache()
     e.forward(ctx, cache, logits_to_keep=1)
+    if args.compare:
+        return compare(args, e, cache, g)
     print(f"{e.name} {str(e.dtype).replace('torch.', '')} on {e.device}, {torch.get_num_threads()} threads, "
           f"context {args.context}")
-    base = None
-    for T in [int(x) for x in args.tokens.split(",")]:
-        new = torch.randint(0, 1000, (T,), generator=g).tolist()
-        times = []
-        for _ in range(args.repeats):
-            e.sync()
-            t0 = time.perf_counter()
-            e.forward(new, cache, positions=list(range(args.context, args.context + T)), logits_to_keep=T)
-            e.sync()
-            times.append(time.perf_counter() - t0)
-            e.crop(cache, args.context)
-        best = min(times)
-        base = base or best
+    costs = curve(e, cache, args.context, [int(x) for x in args.tokens.split(",")], args.repeats, g)
+    base = next(iter(costs.values()))
+    for T, best in costs.items():
         print(f"  T={T:3d}: {1000 * best:7.1f} ms  ({best / base:.2f}x one token)")
     return 0
 
@@ -69,28 +59,17 @@ def curve(e, cache, context: int, tokens: list[int], repeats: int, g) -> dict[in
     return out
 
 
-def compare(args) -> int:
+def compare(args, e, cache, g) -> int:
     import datetime as dt
-    import platform
 
     from paradec import kernels
-    e = Engine.load(args.model, dtype=args.dtype)
-    g = torch.Generator().manual_seed(0)
-    ctx = torch.randint(0, 1000, (args.context,), generator=g).tolist()
-    cache = e.new_cache()
-    e.forward(ctx, cache, logits_to_keep=1)
     tokens = [int(x) for x in args.tokens.split(",")]
     kernels.stream_linears(e.model)
     fast = curve(e, cache, args.context, tokens, args.repeats, g)
     kernels.unstream_linears(e.model)
     plain = curve(e, cache, args.context, tokens, args.repeats, g)
     kernels.stream_linears(e.model)
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    print(f"`python evals/forward_cost.py --compare` ({dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {cpu}, "
+    print(f"`python evals/forward_cost.py --compare` ({dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {cpu_name()}, "
           f"{torch.get_num_threads()} threads; {e.name} in {str(e.dtype).replace('torch.', '')}, context "
           f"{args.context}, best of {args.repeats}):")
     print()

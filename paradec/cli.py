@@ -147,14 +147,8 @@ def _generate(args) -> int:
 
 
 def _cpu_name() -> str:
-    import platform
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from .engine import cpu_name
+    return cpu_name()
 
 
 def _roofline_probe(args, engine) -> dict | None:

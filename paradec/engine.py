@@ -44,6 +44,18 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
           "float16": torch.float16, "fp16": torch.float16}
 
 
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one), for the machine line of every figure."""
+    import platform
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def cpu_has_native_bf16() -> bool:
     """True when this CPU does bf16 matrix work in hardware: AMX tiles (Intel Sapphire Rapids and later) or the
     AVX512-BF16 dot-product instructions (Intel Cooper Lake, AMD Zen 4 and later), as torch's own CPU feature

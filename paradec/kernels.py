@@ -43,12 +43,21 @@ def stream_linears(model: nn.Module, max_rows: int = MAX_ROWS) -> int:
     n = 0
     for mod in model.modules():
         if type(mod) is nn.Linear and not getattr(mod, _TAG, False):
-            def fwd(x, _m=mod):
-                return streamed_linear(x, _m.weight, _m.bias, max_rows)
-            mod.forward = fwd
+            mod.forward = _Streamed(mod, max_rows)
             setattr(mod, _TAG, True)
             n += 1
     return n
+
+
+class _Streamed:
+    """A linear's streamed forward. It holds the module (not its tensors), so a deep copy of the module (a draft
+    built from the target's layers) gets a forward that reads the copy's own weights."""
+
+    def __init__(self, mod: nn.Linear, max_rows: int):
+        self.mod, self.max_rows = mod, max_rows
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return streamed_linear(x, self.mod.weight, self.mod.bias, self.max_rows)
 
 
 def unstream_linears(model: nn.Module) -> None:

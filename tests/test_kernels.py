@@ -48,3 +48,16 @@ def test_forward_hooks_still_apply_to_a_streamed_linear():
     with torch.no_grad():
         y = lin(torch.randn(4, 8))
     assert (y > 50).all()
+
+
+def test_a_deep_copy_of_a_streamed_linear_uses_its_own_weights():
+    import copy
+    lin = nn.Linear(8, 5)
+    kernels.stream_linears(lin)
+    twin = copy.deepcopy(lin)
+    with torch.no_grad():
+        twin.weight.zero_()
+        twin.bias.fill_(1.0)
+        x = torch.randn(3, 8)
+        assert torch.equal(twin(x), torch.ones(3, 5))
+        torch.testing.assert_close(lin(x), x @ lin.weight.T + lin.bias)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 import random
 import sys
 import time
@@ -33,13 +32,6 @@ from . import checkpoint
 from .prompts import training_prompts
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def cpu_name() -> str:
-    try:
-        return next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def encode_prompts(engine, prompts: list[dict], max_prompt: int) -> tuple[list[list[int]], dict]:
@@ -163,7 +155,7 @@ def acceptance(draft: D.Draft, rows: list[dict], max_len: int) -> dict:
 def train(args) -> Path:
     from tqdm import tqdm
 
-    from ..engine import Engine
+    from ..engine import Engine, cpu_name
     torch.manual_seed(args.seed)
     engine = Engine.load(args.model, dtype="float32")
     out = Path(args.out) if args.out else D.shipped_dir(engine.name)
