@@ -27,6 +27,7 @@ class Profile:
     stop_tokens: tuple[str, ...] = ()      # token strings that end generation besides the config's EOS
     sot_template: str = "generic"          # Skeleton-of-Thought prompt wording (strategies/skeleton.TEMPLATES)
     draft: Path | None = None              # the draft model `sps` / `hf-assisted` use by default
+    adapters: Path | None = None           # where its shipped trained parameters live (ptp/, ...); None: the model folder
     strategy_defaults: dict = field(default_factory=dict)   # strategy -> {param: default}
     chars_per_token: float = 3.6           # English prose and Python source, for sizing long prompts
 
@@ -45,6 +46,7 @@ KNOWN = {
     "qwen2.5-coder-0.5b-instruct": Profile("qwen2.5-coder-0.5b-instruct", context_length=32768,
                                            stop_tokens=("<|im_end|>", "<|endoftext|>"), sot_template="generic",
                                            draft=ROOT / "data" / "drafts" / "qwen2.5-coder-0.5b-instruct",
+                                           adapters=ROOT / "data" / "adapters" / "qwen2.5-coder-0.5b-instruct",
                                            chars_per_token=3.6),
 }
 

@@ -17,7 +17,10 @@ seeing t_i .. t_{k-1}, so one pass yields several tokens.
   "C" (categorical PTP, teacher-free): slot k sees u_1..u_{k-1} (slot 1 a learned start vector) and predicts
   the distribution of t_k; the draft is Pick(u_k, that distribution).
 
-An adapter lives in a folder (by default `<model>/ptp/`): `adapter.safetensors` + `adapter_config.json`.
+An adapter lives in a folder: `adapter.safetensors` (the LoRA factors in bfloat16, the rest float32) +
+`adapter_config.json`. The default one of a model paradec ships for is in data/adapters/<model>/ptp/ (the
+provisioned model folder is not part of the repository); any other model's is `<model>/ptp/`. An adapter
+records the model it was trained for and refuses another.
 """
 from __future__ import annotations
 
@@ -200,7 +203,9 @@ class PTPAdapter(nn.Module):
         from safetensors.torch import save_file
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().float().cpu().contiguous() for k, v in self.state_dict().items()}
+        # LoRA factors in bfloat16 (rank 32 on a 0.5B model: 35 MB instead of 70), the small rest float32
+        state = {k: v.detach().cpu().to(torch.bfloat16 if k.startswith("lora_") else torch.float32).contiguous()
+                 for k, v in self.state_dict().items()}
         save_file(state, str(folder / WEIGHTS), metadata={"format": FORMAT})
         (folder / CONFIG).write_text(json.dumps(self.config(), indent=1, default=str) + "\n")
         return folder
@@ -220,7 +225,7 @@ class PTPAdapter(nn.Module):
         known = {"format", "version", "hidden_size", "rank", "alpha", "block", "mode", "modules", "u_embedding"}
         ad = cls(cfg["hidden_size"], shapes, rank=cfg["rank"], alpha=cfg["alpha"], block=cfg["block"],
                  mode=cfg["mode"], meta={k: v for k, v in cfg.items() if k not in known})
-        ad.load_state_dict(state)
+        ad.load_state_dict({k: v.float() for k, v in state.items()})
         if device is not None:
             ad.to(device)
         return ad.eval()
@@ -235,8 +240,39 @@ def model_dir(engine) -> Path | None:
 
 
 def default_adapter_dir(engine) -> Path | None:
+    """<profile adapters>/ptp for a model whose profile ships its parameters (data/adapters/<model>/), else
+    <model folder>/ptp (None: the model has no folder)."""
+    prof = getattr(engine, "profile", None)
+    if prof is not None and prof.adapters is not None:
+        return Path(prof.adapters) / ADAPTER_DIR
     d = model_dir(engine)
     return d / ADAPTER_DIR if d is not None else None
+
+
+def fingerprint(model) -> str:
+    """A short hash of the model's first input-embedding rows (as float32): tells apart models of one shape."""
+    import hashlib
+    w = model.get_input_embeddings().weight[:16].detach().float().cpu().contiguous()
+    return hashlib.sha1(w.numpy().tobytes()).hexdigest()[:16]
+
+
+def check_fits(ad: "PTPAdapter", engine, where) -> None:
+    """ValueError with the reason when `ad` was trained for another model than the engine's: by the weights'
+    fingerprint when the adapter records one, else by the model's name."""
+    base = ad.meta.get("base_model")
+    fp = ad.meta.get("base_fingerprint")
+    other = fp != fingerprint(engine.model) if fp else bool(base and base != engine.name)
+    if ad.hidden != int(engine.model.config.hidden_size) or other:
+        raise ValueError(f"the PTP adapter in {where} was trained for {base or 'another model'} (hidden size "
+                         f"{ad.hidden}), not for {engine.name} (hidden size {engine.model.config.hidden_size}); "
+                         f"{hint(engine)}")
+    lin = target_linears(engine.model, ad.meta.get("targets", TARGETS))
+    for n in ad.names:
+        m = lin.get(n)
+        a, b = ad.lora_a[n.replace(".", "__")], ad.lora_b[n.replace(".", "__")]
+        if m is None or (m.in_features, m.out_features) != (a.shape[1], b.shape[0]):
+            raise ValueError(f"the PTP adapter in {where} does not fit {engine.name}: its module {n} has no "
+                             f"counterpart of the same shape; {hint(engine)}")
 
 
 def adapter_for(engine, path=None) -> PTPAdapter | None:
@@ -247,14 +283,18 @@ def adapter_for(engine, path=None) -> PTPAdapter | None:
         if str(path) not in cache:
             if not (Path(path) / WEIGHTS).exists():
                 raise FileNotFoundError(f"no PTP adapter at {path} (expected {WEIGHTS} and {CONFIG})")
-            cache[str(path)] = PTPAdapter.load(path, device=engine.device)
+            ad = PTPAdapter.load(path, device=engine.device)
+            check_fits(ad, engine, path)
+            cache[str(path)] = ad
         return cache[str(path)].attach(engine.model)
     ad = engine.extras.get("ptp")
     if ad is None:
         d = default_adapter_dir(engine)
         if d is None or not (d / WEIGHTS).exists():
             return None
-        ad = engine.extras["ptp"] = PTPAdapter.load(d, device=engine.device)
+        ad = PTPAdapter.load(d, device=engine.device)
+        check_fits(ad, engine, d)
+        engine.extras["ptp"] = ad
     return ad.attach(engine.model)
 
 

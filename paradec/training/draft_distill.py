@@ -7,7 +7,7 @@ load time, so the folder holds only the layers (bfloat16, tens of MB).
 
 1. Teacher data: the target answers the training prompt set (paradec.training.prompts: chat requests made
    from the standard library, disjoint from evals/suites), once sampled at T 0.7 / top-k 50 / top-p 0.95 and
-   once greedily, in left-padded batches (`ptp_train.teacher_rows`, cached in <work>/teacher.pt).
+   once greedily, in left-padded batches (paradec.training.teacher, cached in data/work/<model>-teacher/ and shared with the PTP trainer).
 2. Vocabulary: the `--vocab` most frequent tokens of those answers (plus the stop tokens); its coverage of the
    held-out answers is measured and reported.
 3. Training: cross-entropy of the draft on the target's answer tokens (prompt tokens are context only) over
@@ -29,35 +29,9 @@ import torch
 
 from .. import draft as D
 from . import checkpoint
-from .prompts import training_prompts
+from . import teacher as TCH
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def encode_prompts(engine, prompts: list[dict], max_prompt: int) -> tuple[list[list[int]], dict]:
-    """Chat-encoded prompts (their last max_prompt tokens), shortest first: batched generation left-pads each
-    batch to its longest prompt, so batching similar lengths avoids prefilling padding. Also {ids: kind}."""
-    enc = [(engine.encode_messages(p["messages"])[-max_prompt:], p["kind"]) for p in prompts]
-    kinds = {tuple(ids): kind for ids, kind in enc}
-    return sorted((ids for ids, _k in enc), key=len), kinds
-
-
-def teacher(engine, args, work: Path):
-    """(train rows, held-out rows, description, minutes) of the target's answers to the training prompts."""
-    from .ptp_train import teacher_rows
-    t0 = time.time()
-    tr, kinds = encode_prompts(engine, training_prompts(args.prompts, args.seed, "train"), args.max_prompt)
-    va, vkinds = encode_prompts(engine, training_prompts(args.eval_prompts, args.seed, "heldout"), args.max_prompt)
-    kinds.update(vkinds)
-    rows = teacher_rows(engine, tr, args.gen_tokens, args.seed, work / "teacher.pt", "train", args.gen_batch)
-    held = teacher_rows(engine, va, args.gen_tokens, args.seed + 7, work / "teacher_heldout.pt", "held-out",
-                        args.gen_batch)
-    for r in rows + held:
-        r["kind"] = kinds.get(tuple(r["prompt"]), "?")
-    desc = (f"{len(tr)} training prompts (paradec.training.prompts, disjoint from evals/suites; 9 kinds), one "
-            f"sampled (T 0.7, top-k 50, top-p 0.95) and one greedy answer each by the target, up to "
-            f"{args.gen_tokens} tokens; {len(va)} held-out prompts from held-out modules")
-    return rows, held, desc, (time.time() - t0) / 60
 
 
 def choose_vocab(rows: list[dict], size: int, always: set[int], fill: list[list[int]] = ()) -> list[int]:
@@ -161,12 +135,11 @@ def train(args) -> Path:
     out = Path(args.out) if args.out else D.shipped_dir(engine.name)
     work = Path(args.work) if args.work else ROOT / "data" / "work" / f"{engine.name}-distill"
     work.mkdir(parents=True, exist_ok=True)
-    def stamps():
-        return [f.stat().st_mtime_ns if f.exists() else None for f in (work / "teacher.pt", work / "teacher_heldout.pt")]
-    before = stamps()
-    rows, held, data_desc, teacher_min = teacher(engine, args, work)
-    if None not in before and stamps() == before:          # both read from the cache, nothing regenerated
-        teacher_min = f"{teacher_min:.1f} (read from the cache an earlier run made)"
+    ans = TCH.answers(engine, args.prompts, args.eval_prompts, args.seed, args.max_prompt, args.gen_tokens,
+                      args.gen_batch, args.teacher_cache or args.work)
+    rows, held, data_desc = ans.rows, ans.held, ans.description
+    teacher_min = ("read from the cache an earlier run made (paradec.training.teacher)" if ans.cached
+                   else round(ans.minutes, 2))
     if args.teacher_only:
         print(f"teacher data: {len(rows)} rows, {len(held)} held-out ({teacher_min} min)", file=sys.stderr)
         return work
@@ -206,7 +179,7 @@ def train(args) -> Path:
 
     def save(final=False):
         meta = {"base_model": engine.name, "trained_with": "python -m paradec train draft " + " ".join(args.argv),
-                "steps": step, "train_minutes": round(elapsed / 60, 2), "teacher_minutes": teacher_min if isinstance(teacher_min, str) else round(teacher_min, 2),
+                "steps": step, "train_minutes": round(elapsed / 60, 2), "teacher_minutes": teacher_min,
                 "hardware": f"{cpu_name()}, {torch.get_num_threads()} thread(s), {engine.device} "
                             f"({str(engine.dtype).replace('torch.', '')})",
                 "data": data_desc, "vocab_coverage": cov, "lr": args.lr, "batch": args.batch,
@@ -309,7 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-minutes", type=float, help="stop (and save) after this much wall time")
     p.add_argument("--teacher-only", action="store_true", help="only make (and cache) the teacher answers")
     p.add_argument("--out", help="draft folder (default data/drafts/<model>)")
-    p.add_argument("--work", help="teacher cache and checkpoint folder (default data/work/<model>-distill)")
+    p.add_argument("--work", help="checkpoint folder (default data/work/<model>-distill); also the teacher cache "
+                                  "when --teacher-cache is not given")
+    p.add_argument("--teacher-cache", help="folder of the target's cached answers (default data/work/<model>-teacher)")
     p.add_argument("--threads", type=int)
     p.add_argument("--seed", type=int, default=0)
     return p

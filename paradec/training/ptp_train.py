@@ -1,11 +1,11 @@
 """Train a PTP adapter (`paradec.ptp`) for any Llama-style model: `python -m paradec train ptp --model M`.
 
-Distillation (the default, O-PTP): the base model writes completions for prompts - the default corpus
-(standard-library chat questions and source-code openings, paradec.training.corpus) or a prompt file given
-with --data - once with its processed sampling distribution (the paper's T 0.7, top-k 50, top-p 0.95) and once
-greedily. At temperature 0 the argmax bin is all of [0, 1), so greedy completions teach the drafter what
-greedy `ptp` needs: the argmax whatever u is. The completions are cached on disk (`<work>/teacher.pt`) so a
-re-run skips them.
+Distillation (the default, O-PTP): the base model answers prompts - the training prompt set
+(paradec.training.prompts, disjoint from evals/suites) or a prompt file given with --data - once with its
+processed sampling distribution (the paper's T 0.7, top-k 50, top-p 0.95) and once greedily. At temperature 0
+the argmax bin is all of [0, 1), so greedy completions teach the drafter what greedy `ptp` needs: the argmax
+whatever u is. The answers to the training prompt set are cached (paradec.training.teacher,
+data/work/<model>-teacher/) and shared with `train draft`; a --data run caches in <work>/.
 
 Each training step takes a batch of prompt+completion rows, runs them through the frozen base once (no
 gradient: it yields the KV cache and the teacher's distributions), picks `--blocks` block starts per row and
@@ -28,10 +28,8 @@ interrupted run resume; the adapter folder is rewritten at every checkpoint.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
-import platform
 import random
 import sys
 import time
@@ -43,42 +41,16 @@ from .. import decoding
 from .. import ptp as P
 from ..sampling import SamplingParams, pick, process
 from . import checkpoint
-
-TEACHER_SP = SamplingParams(0.7, 50, 0.95)
+from . import teacher as TCH
+from .teacher import TEACHER_SP, teacher_rows
 PLAIN_SP = SamplingParams(1.0, 0, 1.0)
 
 
 # ---------------------------------------------------------------- prompts
 
-@functools.lru_cache(maxsize=1)
 def _corpus():
     from . import corpus as C
     return C.build_corpus()
-
-
-def corpus_prompts(engine, n: int, seed: int, split: str = "train") -> list[list[int]]:
-    """n prompts from the default corpus: half chat questions, half openings of standard-library source."""
-    corp = _corpus()
-    rng = random.Random(seed)
-    chats = list(corp.train_chat if split == "train" else corp.val_chat)
-    raws = list(corp.train_raw if split == "train" else corp.val_raw)
-    out = []
-    for _ in range(n // 2):
-        conv = rng.choice(chats)
-        out.append(engine.encode_messages(conv[:-1]))
-    while len(out) < n:
-        text = rng.choice(raws)
-        lines = text.splitlines(keepends=True)
-        if len(lines) < 4:
-            continue
-        at = rng.randrange(len(lines))
-        while at < len(lines) and not lines[at].lstrip().startswith(("def ", "class ", "#", "\"\"\"", "import ")):
-            at += 1
-        window = "".join(lines[max(0, at - 2):at + 4])
-        ids = engine.tokenizer(window, add_special_tokens=True)["input_ids"][:64]
-        if len(ids) >= 8:
-            out.append(ids)
-    return out
 
 
 def file_prompts(engine, path: Path) -> list[list[int]]:
@@ -125,27 +97,6 @@ def generate(engine, prompts: list[list[int]], max_new: int, sp: SamplingParams,
              batch: int = 16, progress=None) -> list[list[int]]:
     """Completions of `prompts` by the engine itself (batched, left-padded), ending at EOS (kept) or max_new."""
     return decoding.generate(engine, prompts, max_new, sp, seed, batch, progress)
-
-
-def teacher_rows(engine, prompts: list[list[int]], max_new: int, seed: int, cache_file: Path, label: str,
-                 batch: int = 16) -> list[dict]:
-    """One sampled (T 0.7, top-k 50, top-p 0.95) and one greedy completion per prompt, cached in cache_file."""
-    from tqdm import tqdm
-    key = {"model": engine.name, "n": len(prompts), "max_new": max_new, "seed": seed,
-           "prompts_hash": hash(tuple(tuple(p) for p in prompts)) & 0xFFFFFFFF}
-    if cache_file.exists():
-        saved = torch.load(cache_file)
-        if saved.get("key") == key:
-            return saved["rows"]
-    rows = []
-    with tqdm(total=2 * len(prompts), desc=f"teacher completions ({label})", file=sys.stderr,
-              mininterval=5) as bar:
-        for greedy, sp in ((False, TEACHER_SP), (True, SamplingParams())):
-            comps = generate(engine, prompts, max_new, sp, seed + int(greedy), batch, bar)
-            rows += [{"prompt": p, "completion": c, "greedy": greedy} for p, c in zip(prompts, comps) if c]
-    cache_file.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"key": key, "rows": rows}, cache_file)
-    return rows
 
 
 # ---------------------------------------------------------------- batches
@@ -283,6 +234,26 @@ def train_step(engine, ad: P.PTPAdapter, opt, batch: dict, sp: SamplingParams, u
     return float(loss.detach())
 
 
+def eval_rows(held: list[dict], n: int, tokens: int) -> list[dict]:
+    """n held-out rows per mode (greedy, sampled), evenly spread over the set (it is ordered by prompt length),
+    completions cut to their first `tokens` tokens; n <= 0: all rows. Each held-out row costs a pass over
+    `tokens` blocks of slots with a full-vocabulary head, so the curve uses few and the final figure more."""
+    out = []
+    for g in (True, False):
+        sel = [r for r in held if bool(r["greedy"]) == g and r["completion"]]
+        if 0 < n < len(sel):
+            sel = [sel[round(i * (len(sel) - 1) / max(1, n - 1))] for i in range(n)]
+        out += [{**r, "completion": list(r["completion"])[:tokens]} for r in sel]
+    return out
+
+
+def evaluate_by_kind(engine, ad, rows: list[dict], block: int, sp: SamplingParams) -> dict:
+    """Greedy held-out tokens per pass for each prompt kind of `rows` (rows carry "kind")."""
+    kinds = sorted({r.get("kind", "?") for r in rows if r["greedy"]})
+    return {k: evaluate(engine, ad, [r for r in rows if r["greedy"] and r.get("kind", "?") == k], block, sp)
+            .get("greedy") for k in kinds}
+
+
 @torch.no_grad()
 def evaluate(engine, ad, rows: list[dict], block: int, sp: SamplingParams, seed: int = 1234,
              small_k: int = 4) -> dict:
@@ -336,17 +307,16 @@ def structure(ad: P.PTPAdapter) -> dict:
 def train(args) -> Path:
     from tqdm import tqdm
 
-    from ..engine import Engine
+    from ..engine import Engine, cpu_name
     torch.manual_seed(args.seed)
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
     for prm in engine.model.parameters():
         prm.requires_grad_(False)
-    mdir = P.model_dir(engine)
-    out = Path(args.out) if args.out else (mdir / P.ADAPTER_DIR if mdir else Path(f"{engine.name}-ptp"))
+    out = Path(args.out) if args.out else P.default_adapter_dir(engine) or Path(f"{engine.name}-ptp")
     work = Path(args.work) if args.work else Path(__file__).resolve().parents[2] / "data" / "work" / \
         f"{engine.name}-ptp{'-c' if args.teacher_free else ''}"
     work.mkdir(parents=True, exist_ok=True)
-    max_len = min(engine.context_length, 512)
+    max_len = min(engine.context_length, args.max_len)
     t0 = time.time()
     if args.teacher_free:
         sp = PLAIN_SP
@@ -367,16 +337,19 @@ def train(args) -> Path:
             random.Random(args.seed).shuffle(prompts)
             n_held = max(1, min(args.eval_prompts, len(prompts) // 10))
             tr_p, va_p = prompts[n_held:] or prompts, prompts[:n_held]
+            rows = teacher_rows(engine, tr_p, args.gen_tokens, args.seed, work / "teacher.pt", "train",
+                                args.gen_batch)
+            held = teacher_rows(engine, va_p, args.gen_tokens, args.seed + 7, work / "teacher_heldout.pt",
+                                "held-out", args.gen_batch)
+            data_desc = (f"distillation: {len(tr_p)} prompts from {args.data}, one sampled (T 0.7, top-k 50, "
+                         f"top-p 0.95) and one greedy completion each, up to {args.gen_tokens} tokens; "
+                         f"{len(va_p)} held-out prompts")
         else:
-            tr_p = corpus_prompts(engine, args.prompts, args.seed, "train")
-            va_p = corpus_prompts(engine, args.eval_prompts, args.seed + 1, "val")
-        rows = teacher_rows(engine, tr_p, args.gen_tokens, args.seed, work / "teacher.pt", "train", args.gen_batch)
-        held = teacher_rows(engine, va_p, args.gen_tokens, args.seed + 7, work / "teacher_heldout.pt", "held-out",
-                            args.gen_batch)
-        src = args.data or "the default corpus (chat questions and stdlib source openings)"
-        data_desc = (f"distillation: {len(tr_p)} prompts from {src}"
-                     f", one sampled (T 0.7, top-k 50, top-p 0.95) and one greedy completion each, "
-                     f"up to {args.gen_tokens} tokens; {len(va_p)} held-out prompts")
+            ans = TCH.answers(engine, args.prompts, args.eval_prompts, args.seed, args.max_prompt, args.gen_tokens,
+                              args.gen_batch, args.teacher_cache or (work if args.work else None))
+            rows, held, data_desc = ans.rows, ans.held, "distillation: " + ans.description
+            if ans.cached:
+                data_desc += " (answers read from the cache a draft or PTP run made)"
     gen_minutes = (time.time() - t0) / 60
 
     ckpt = work / "checkpoint.pt"
@@ -404,9 +377,9 @@ def train(args) -> Path:
 
     def save(final=False):
         ad.meta.update({
-            "base_model": engine.name, "trained_with": "python -m paradec train ptp " + " ".join(args.argv),
+            "base_model": engine.name, "base_fingerprint": P.fingerprint(engine.model), "trained_with": "python -m paradec train ptp " + " ".join(args.argv),
             "steps": step, "train_minutes": round(elapsed / 60, 2), "teacher_minutes": round(gen_minutes, 2),
-            "hardware": f"{platform.machine()} {platform.processor() or ''} {engine.device}, "
+            "hardware": f"{cpu_name()} {engine.device}, {engine.dtype}, "
                         f"{torch.get_num_threads()} thread(s)".strip(),
             "data": data_desc, "teacher_sampling": {"temperature": sp.temperature, "top_k": sp.top_k,
                                                     "top_p": sp.top_p},
@@ -417,8 +390,9 @@ def train(args) -> Path:
                           "opt": opt.state_dict(), "step": step, "curve": curve, "elapsed": elapsed,
                           "torch_rng": torch.get_rng_state()})
 
+    curve_rows = eval_rows(held, args.eval_rows, args.eval_tokens)
     if not curve:
-        ev = evaluate(engine, ad, held, args.block, sp)
+        ev = evaluate(engine, ad, curve_rows, args.block, sp)
         curve.append({"step": 0, **ev})
     deadline = time.time() + args.max_minutes * 60 if args.max_minutes else None
     bar = tqdm(total=args.steps, initial=step, desc="ptp", file=sys.stderr,
@@ -438,7 +412,7 @@ def train(args) -> Path:
         stop = deadline is not None and time.time() > deadline
         if step % args.eval_every == 0 or step == args.steps or stop:
             te = time.time()
-            ev = evaluate(engine, ad, held, args.block, sp)
+            ev = evaluate(engine, ad, curve_rows, args.block, sp)
             curve.append({"step": step, "loss": round(loss_ema, 4), **ev})
             elapsed += time.time() - te
             print(json.dumps(curve[-1]), file=sys.stderr, flush=True)
@@ -448,6 +422,14 @@ def train(args) -> Path:
             print(f"stopping at step {step}: --max-minutes {args.max_minutes} reached", file=sys.stderr)
             break
     bar.close()
+    if args.final_eval_rows:
+        te = time.time()
+        fin = eval_rows(held, args.final_eval_rows, args.eval_tokens)
+        ad.meta["final_eval"] = {"rows_per_mode": args.final_eval_rows, "tokens": args.eval_tokens,
+                                 **evaluate(engine, ad, fin, args.block, sp),
+                                 "greedy_by_kind": evaluate_by_kind(engine, ad, fin, args.block, sp)}
+        print(json.dumps(ad.meta["final_eval"]), file=sys.stderr, flush=True)
+        elapsed += time.time() - te
     save(final=True)
     write_card(out, ad.config())
     print(f"wrote {out}", file=sys.stderr)
@@ -472,8 +454,15 @@ def write_card(folder: Path, cfg: dict) -> Path:
              f"- Held-out tokens per pass (the decoding trajectory walked on held-out teacher completions, "
              f"prefill pass included; every branch drafted): k = {cfg['block'] - 1} drafts per pass: greedy "
              f"{last.get('greedy')}, sampled {last.get('sampled')}; k = 4: greedy {last.get('greedy_k4')}, "
-             f"sampled {last.get('sampled_k4')}", "",
-             "| step | loss | greedy | sampled | greedy k=4 | sampled k=4 |", "|---|---|---|---|---|---|"]
+             f"sampled {last.get('sampled_k4')}"]
+    fin = cfg.get("final_eval")
+    if fin:
+        lines += [f"- Final held-out figure ({fin['rows_per_mode']} rows per mode, first {fin['tokens']} tokens of "
+                  f"each answer): greedy {fin.get('greedy')}, sampled {fin.get('sampled')}; k = 4: greedy "
+                  f"{fin.get('greedy_k4')}, sampled {fin.get('sampled_k4')}",
+                  "- Greedy, by prompt kind: " + ", ".join(f"{k} {v}" for k, v in fin["greedy_by_kind"].items())]
+    lines += ["", "The curve (held-out rows of the curve only):", "",
+              "| step | loss | greedy | sampled | greedy k=4 | sampled k=4 |", "|---|---|---|---|---|---|"]
     for c in curve:
         lines.append(f"| {c.get('step')} | {c.get('loss', '')} | {c.get('greedy')} | {c.get('sampled')} | "
                      f"{c.get('greedy_k4')} | {c.get('sampled_k4')} |")
@@ -492,18 +481,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--rank", type=int, default=32)
     p.add_argument("--block", type=int, default=16, help="auxiliary slots per block (K)")
-    p.add_argument("--out", help="adapter folder (default <model>/ptp)")
+    p.add_argument("--out", help="adapter folder (default: the shipped location data/adapters/<model>/ptp for a "
+                                 "model paradec knows, else <model>/ptp)")
     p.add_argument("--work", help="teacher cache and checkpoint folder (default data/work/<model>-ptp)")
     p.add_argument("--teacher-free", action="store_true", help="C-PTP from plain text, no teacher completions")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--blocks", type=int, default=4, help="blocks per row per step")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=int, default=50)
-    p.add_argument("--prompts", type=int, default=400, help="training prompts for teacher completions")
-    p.add_argument("--eval-prompts", type=int, default=12)
-    p.add_argument("--gen-tokens", type=int, default=96, help="tokens per teacher completion")
-    p.add_argument("--gen-batch", type=int, default=32, help="rows per batched teacher generation")
+    p.add_argument("--prompts", type=int, default=288, help="training prompts for teacher completions")
+    p.add_argument("--eval-prompts", type=int, default=36)
+    p.add_argument("--max-prompt", type=int, default=320, help="prompt tokens kept (the tail)")
+    p.add_argument("--max-len", type=int, default=512, help="tokens of a training row (context + completion + slots)")
+    p.add_argument("--gen-tokens", type=int, default=128, help="tokens per teacher completion")
+    p.add_argument("--gen-batch", type=int, default=48, help="rows per batched teacher generation")
+    p.add_argument("--teacher-cache", help="folder of the target's cached answers (default data/work/<model>-teacher"
+                                           ", shared with `train draft`; --work when that is given)")
     p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--eval-rows", type=int, default=4, help="held-out rows per mode for the curve (0: all)")
+    p.add_argument("--eval-tokens", type=int, default=64, help="held-out completion tokens evaluated per row")
+    p.add_argument("--final-eval-rows", type=int, default=0,
+                   help="held-out rows per mode for a final figure by prompt kind (0: none)")
     p.add_argument("--ckpt-every", type=int, default=25)
     p.add_argument("--max-minutes", type=float, help="stop (and save) after this much wall time")
     p.add_argument("--threads", type=int, help="CPU threads for torch")

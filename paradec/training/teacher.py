@@ -1,0 +1,91 @@
+"""The target's own answers to the training prompt set: the distillation data every trainer shares.
+
+`answers(engine, ...)` encodes the training prompts (paradec.training.prompts: chat requests made from the
+standard library, disjoint from evals/suites) and the held-out ones, and has the target answer each twice:
+once sampled at the PTP paper's settings (T 0.7, top-k 50, top-p 0.95) and once greedily (the Arena's
+default), in left-padded batches. The answers are cached under data/work/<model>-teacher/ (teacher.pt,
+teacher_heldout.pt), keyed by model, prompt ids, length and seed, so the draft distiller and the PTP trainer
+made for the same target read one set of answers: generating them costs about 40 minutes on 2 CPU cores for
+the default model, and a second trainer pays nothing.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .. import decoding
+from ..sampling import SamplingParams
+from .prompts import training_prompts
+
+ROOT = Path(__file__).resolve().parents[2]
+TEACHER_SP = SamplingParams(0.7, 50, 0.95)
+
+
+def default_cache(engine) -> Path:
+    return ROOT / "data" / "work" / f"{engine.name}-teacher"
+
+
+def teacher_rows(engine, prompts: list[list[int]], max_new: int, seed: int, cache_file: Path, label: str,
+                 batch: int = 16) -> list[dict]:
+    """One sampled (T 0.7, top-k 50, top-p 0.95) and one greedy completion per prompt, cached in cache_file."""
+    from tqdm import tqdm
+    key = {"model": engine.name, "n": len(prompts), "max_new": max_new, "seed": seed,
+           "prompts_hash": hash(tuple(tuple(p) for p in prompts)) & 0xFFFFFFFF}
+    if cache_file.exists():
+        saved = torch.load(cache_file)
+        if saved.get("key") == key:
+            return saved["rows"]
+    rows = []
+    with tqdm(total=2 * len(prompts), desc=f"teacher completions ({label})", file=sys.stderr,
+              mininterval=5) as bar:
+        for greedy, sp in ((False, TEACHER_SP), (True, SamplingParams())):
+            comps = decoding.generate(engine, prompts, max_new, sp, seed + int(greedy), batch, bar)
+            rows += [{"prompt": p, "completion": c, "greedy": greedy} for p, c in zip(prompts, comps) if c]
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"key": key, "rows": rows}, cache_file)
+    return rows
+
+
+def encode_prompts(engine, prompts: list[dict], max_prompt: int) -> tuple[list[list[int]], dict]:
+    """Chat-encoded prompts (their last max_prompt tokens), shortest first: batched generation left-pads each
+    batch to its longest prompt, so batching similar lengths avoids prefilling padding. Also {ids: kind}."""
+    enc = [(engine.encode_messages(p["messages"])[-max_prompt:], p["kind"]) for p in prompts]
+    kinds = {tuple(ids): kind for ids, kind in enc}
+    return sorted((ids for ids, _k in enc), key=len), kinds
+
+
+@dataclass
+class Answers:
+    rows: list[dict]            # {"prompt", "completion", "greedy", "kind"}
+    held: list[dict]            # the same for the held-out prompts
+    description: str            # for a card
+    minutes: float              # time spent generating (0 when read from the cache)
+    cached: bool                # both sets read from the cache
+
+
+def answers(engine, n_prompts: int = 288, n_held: int = 36, seed: int = 0, max_prompt: int = 320,
+            gen_tokens: int = 128, gen_batch: int = 48, cache: Path | None = None) -> Answers:
+    """The target's sampled and greedy answers to n_prompts training and n_held held-out prompts."""
+    cache = Path(cache) if cache else default_cache(engine)
+    files = (cache / "teacher.pt", cache / "teacher_heldout.pt")
+
+    def stamps():
+        return [f.stat().st_mtime_ns if f.exists() else None for f in files]
+    before = stamps()
+    t0 = time.time()
+    tr, kinds = encode_prompts(engine, training_prompts(n_prompts, seed, "train"), max_prompt)
+    va, vkinds = encode_prompts(engine, training_prompts(n_held, seed, "heldout"), max_prompt)
+    kinds.update(vkinds)
+    rows = teacher_rows(engine, tr, gen_tokens, seed, files[0], "train", gen_batch)
+    held = teacher_rows(engine, va, gen_tokens, seed + 7, files[1], "held-out", gen_batch)
+    for r in rows + held:
+        r["kind"] = kinds.get(tuple(r["prompt"]), "?")
+    cached = None not in before and stamps() == before
+    desc = (f"{len(tr)} training prompts (paradec.training.prompts, disjoint from evals/suites; 9 kinds), one "
+            f"sampled (T 0.7, top-k 50, top-p 0.95) and one greedy answer each by the target, up to "
+            f"{gen_tokens} tokens; {len(va)} held-out prompts from held-out modules")
+    return Answers(rows, held, desc, 0.0 if cached else (time.time() - t0) / 60, cached)
