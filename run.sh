@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # paradec set-up and entry points. Each command installs what it needs (idempotently) into ./.venv first.
 #   ./run.sh app  [app.py flags]   start the web app on the embedded default model (http://127.0.0.1:7860)
-#   ./run.sh test [pytest args]    run the test suite (installs Debian's chromium for the browser test if root)
+#   ./run.sh test [pytest args]    run the test suite (installs Debian's chromium for the browser test if root,
+#                                  and the vLLM venv for tests/test_vllm.py)
 #   ./run.sh cli  [args]           python -m paradec ...
+#   ./run.sh vllm [--speculative ngram] [--port P]
+#                                  serve the default model with a real vLLM (CPU build, own venv .venv-vllm) on
+#                                  127.0.0.1; prints the --engine URL for the app and the CLI once it is ready
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -28,10 +32,60 @@ browser() {
   fi
 }
 
+vllm_env() {
+  local stamp=".venv-vllm/.installed-$(sha1sum requirements-vllm.txt | cut -c1-12)"
+  [ -x .venv-vllm/bin/python ] || "$PY" -m venv .venv-vllm
+  if [ ! -f "$stamp" ]; then
+    .venv-vllm/bin/python -m pip install -q --upgrade pip
+    .venv-vllm/bin/python -m pip install -q -r requirements-vllm.txt
+    .venv-vllm/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+    touch "$stamp"
+  fi
+}
+
+vllm() {
+  local port=8011 spec="" model=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --port) port=$2; shift 2 ;;
+      --speculative) spec=$2; shift 2 ;;
+      --model) model=$2; shift 2 ;;
+      *) echo "unknown option $1 (use --port P, --speculative ngram, --model DIR)" >&2; exit 2 ;;
+    esac
+  done
+  setup requirements.txt
+  vllm_env
+  [ -n "$model" ] || model=$(.venv/bin/python -m paradec model path)
+  local name; name=$(basename "$model")
+  local args=(--model "$model" --served-model-name "$name" --dtype bfloat16 --max-model-len 4096
+              --host 127.0.0.1 --port "$port")
+  case "$spec" in
+    "") ;;
+    ngram) args+=(--speculative-config '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4,"prompt_lookup_min":1}') ;;
+    *) echo "--speculative: only ngram is set up here" >&2; exit 2 ;;
+  esac
+  mkdir -p logs
+  local log=logs/vllm-$port.log
+  VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2} HF_HUB_OFFLINE=1 \
+    .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${args[@]}" >"$log" 2>&1 &
+  local pid=$!
+  trap 'kill $pid 2>/dev/null' INT TERM EXIT
+  echo "starting vLLM on 127.0.0.1:$port (log: $log); this takes a minute or two" >&2
+  until .venv/bin/python -c "import httpx,sys; sys.exit(httpx.get('http://127.0.0.1:$port/health', timeout=2).status_code != 200)" 2>/dev/null; do
+    if ! kill -0 $pid 2>/dev/null; then echo "vLLM exited; the end of $log:" >&2; tail -20 "$log" >&2; exit 1; fi
+    sleep 2
+  done
+  echo "http://127.0.0.1:$port"
+  wait $pid
+}
+
 cmd=${1:-help}; shift || true
 case "$cmd" in
   app)  setup requirements.txt; exec .venv/bin/python app.py "$@" ;;
-  test) setup requirements-dev.txt; browser; exec .venv/bin/python -m pytest "$@" ;;
+  test) setup requirements-dev.txt; browser
+        vllm_env || echo "the vLLM venv could not be built; tests/test_vllm.py will be skipped" >&2
+        exec .venv/bin/python -m pytest "$@" ;;
   cli)  setup requirements.txt; exec .venv/bin/python -m paradec "$@" ;;
-  *)    sed -n '2,6p' "$0"; exit 1 ;;
+  vllm) vllm "$@" ;;
+  *)    sed -n '2,9p' "$0"; exit 1 ;;
 esac

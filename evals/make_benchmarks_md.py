@@ -151,8 +151,9 @@ def default_part() -> str:
     if not have:
         return "No benchmark run on the default model yet: `bash evals/run_benchmarks.sh default`.\n"
     head = ("| suite | n | ar tok/s | ar ÷ hf-generate | sps speed-up (τ) | sps ÷ hf-assisted | pld speed-up (τ) | "
-            "hf-pld speed-up | lookahead speed-up (τ) | lossless mismatches | ar vs read-bandwidth roofline |")
-    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "hf-pld speed-up | lookahead speed-up (τ) | ptp speed-up (τ) | lossless mismatches | "
+            "ar vs read-bandwidth roofline |")
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     gen_ratios, mism_total, fracs = [], 0, []
     for suite in have:
         name = f"default-{suite}.md"
@@ -173,7 +174,8 @@ def default_part() -> str:
         sa = tps("sps") / tps("hf-assisted") if tps("sps") and tps("hf-assisted") else None
         lines.append(f"| {suite} | {r['ar']['n']} | {r['ar']['tokens/s']} | {f'{g:.2f}' if g else '–'} | {cell('sps')} | "
                      f"{f'{sa:.2f}' if sa else '–'} | {cell('pld')} | "
-                     f"{r['hf-pld']['speed-up vs ar'] if 'hf-pld' in r else '–'} | {cell('lookahead')} | {mism} | "
+                     f"{r['hf-pld']['speed-up vs ar'] if 'hf-pld' in r else '–'} | {cell('lookahead')} | {cell('ptp')} | "
+                     f"{mism} | "
                      f"{(m.group(1) + '% of ' + m.group(2) + ' tok/s') if m else '–'} |")
     sot_rows = ""
     if "lists" in have:
@@ -191,6 +193,21 @@ def default_part() -> str:
     draft_card = ROOT / "data" / "drafts" / "qwen2.5-coder-0.5b-instruct" / "draft_config.json"
     card = json.loads(draft_card.read_text()) if draft_card.exists() else {}
     acc = (card.get("heldout_acceptance") or {})
+    ptp_cfg = ROOT / "data" / "adapters" / "qwen2.5-coder-0.5b-instruct" / "ptp" / "adapter_config.json"
+    ptp_part = ""
+    if ptp_cfg.exists():
+        pc = json.loads(ptp_cfg.read_text())
+        fin = pc.get("final_eval") or {}
+        curve = " → ".join(f"{c['step']}: {c.get('greedy')}" for c in pc.get("curve") or [])
+        ptp_part = f"""**The PTP adapter** (`ptp`): trained here, `data/adapters/qwen2.5-coder-0.5b-instruct/ptp/` (card beside
+it): rank {pc.get('rank')}, block {pc.get('block')}, {pc.get('steps')} steps ({pc.get('batch')} rows × {pc.get('blocks_per_row')}
+blocks), {pc.get('train_minutes')} min of training on this CPU. Held-out tokens per pass with every branch drafted
+(the trainer's figure, greedy) by step: {curve}; final {fin.get('rows_per_mode')} rows per mode: greedy
+**{fin.get('greedy')}**, sampled {fin.get('sampled')} (k = 4: {fin.get('greedy_k4')}). Decoding parameters chosen
+on held-out training prompts, not on the suites (`python evals/ptp_tune.py`):
+
+{section("ptp_tune.md") if (B / "ptp_tune.md").exists() else ""}
+"""
     return f"""**Machine**: {machine}. **Date**: {date}. One `bench` run per suite, all strategies of a suite in
 the same run (`bash evals/run_benchmarks.sh default` with `N_DEFAULT` = the first N items of each suite; greedy, 64
 new tokens, no perplexity pass; *n* counts generations per strategy, a conversation item holding several turns). The
@@ -222,8 +239,9 @@ on this CPU; held-out per-token acceptance (greedy) **{acc.get('greedy')}**. Its
 {draft_cost}
 {("Skeleton-of-Thought on the list-style suite (same run as the `lists` row above):" + chr(10) + chr(10) + sot_rows) if sot_rows else ""}
 
-Not run on the default model, and why: `ptp` (no adapter, issue 16), `lud` (no parameters, issue 18), `focus` and
-`pcw` (long-context suite, issue 20).
+{ptp_part}
+Not run on the default model, and why: {"" if ptp_part else "`ptp` (no adapter, issue 16), "}`lud` (no parameters,
+issue 18), `focus` and `pcw` (long-context suite, issue 20).
 
 ### The runs
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerate the benchmark sections that BENCHMARKS.md holds, on the code as it stands.
 #   bash evals/run_benchmarks.sh [section ...]     sections: default peers spec sot race (default: default)
-#   default: every strategy that runs on the default model (Qwen2.5-Coder-0.5B-Instruct), one run per suite,
+#   default: every lossless strategy that runs on the default model (Qwen2.5-Coder-0.5B-Instruct; ptp with its
+#            shipped adapter), one run per suite,
 #            N_DEFAULT prompts each (docs/bench/default-SUITE.md); the others are the paradec-tiny sections
 # Each section is one `python -m paradec bench` run (all strategies in the same run, so ratios are fair),
 # stored in $DB and written as Markdown to docs/bench/<section>.md.
@@ -21,7 +22,7 @@ for s in $sections; do
     default) # issue 14: the default model on every suite; ar, its transformers peer, the lossless strategies that
              # need nothing trained, and on the list-style suite Skeleton-of-Thought with its baselines
       for suite in $SUITES; do
-        strategies=ar,hf-generate,sps,hf-assisted,pld,hf-pld,lookahead
+        strategies=ar,hf-generate,sps,hf-assisted,pld,hf-pld,lookahead,ptp
         [ "$suite" = lists ] && strategies=$strategies,sot,sot-seq,sot-r
         $PY -m paradec bench --suite "$suite" --strategies "$strategies" --limit "$N_DEFAULT" --max-new-tokens 64 \
           --no-perplexity --db "$DB" --name "default model ($suite)" --markdown "$OUT/default-$suite.md"

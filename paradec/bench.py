@@ -48,9 +48,9 @@ class BenchSettings:
 
 
 def _lossless(name: str) -> bool:
-    from .strategies import REGISTRY, load_all
-    load_all()
-    return REGISTRY[name].lossless if name in REGISTRY else False
+    """A strategy's lossless flag, remote-only names (`vllm-spec`) included: one answer for every path."""
+    from .remote import RemoteEngine
+    return RemoteEngine.lossless(name)
 
 
 def environment(engine, settings: BenchSettings, roofline: dict | None = None) -> dict:

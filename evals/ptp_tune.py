@@ -1,0 +1,80 @@
+"""Choose `ptp`'s decoding parameters (drafts k per pass, branch budget) for this machine by measurement.
+
+Runs `ar` and `ptp` over a grid of (k, branches) on held-out TRAINING prompts (paradec.training.prompts,
+split "heldout": disjoint from evals/suites and from the prompts the adapter was trained on), greedy, batch 1,
+in one process, and prints per configuration: tokens per forward pass, the accepted-count histogram, tokens/s
+and the speed-up over ar measured in the same run. Every ptp output is checked token for token against ar.
+The benchmark suites are never used here, so the defaults chosen from this table are not tuned on them.
+
+    python evals/ptp_tune.py [--model M] [--prompts 6] [--max-new-tokens 64] [--grid 2:1,3:1,3:2,4:2,5:2,7:3]
+                             [--markdown docs/bench/ptp_tune.md]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from paradec.engine import Engine, cpu_name  # noqa: E402
+from paradec.race import run_alone  # noqa: E402
+from paradec.strategies import Request  # noqa: E402
+from paradec.training.prompts import training_prompts  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model")
+    ap.add_argument("--prompts", type=int, default=6)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--grid", default="2:1,3:1,3:2,4:2,5:2,7:3", help="k:branches pairs")
+    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--markdown")
+    args = ap.parse_args(argv)
+    e = Engine.load(args.model)
+    prompts = training_prompts(args.prompts, args.seed, "heldout")
+    grid = [tuple(int(x) for x in g.split(":")) for g in args.grid.split(",")]
+    reqs = [Request(messages=p["messages"], max_new_tokens=args.max_new_tokens) for p in prompts]
+    ar = [run_alone(e, "ar", r) for r in reqs]
+    ar_tok = sum(len(x.token_ids) for x in ar)
+    ar_s = sum(x.clock for x in ar)
+    rows = []
+    for k, b in grid:
+        lanes = [run_alone(e, "ptp", r, {"k": k, "branches": b}) for r in reqs]
+        bad = [lane.error for lane in lanes if lane.error]
+        if bad:
+            raise SystemExit(f"ptp k={k} branches={b}: {bad[0]}")
+        mism = sum(lane.token_ids != a.token_ids for lane, a in zip(lanes, ar))
+        toks = sum(len(x.token_ids) for x in lanes)
+        passes = sum(s.forward_passes for x in lanes for s in x.steps)
+        secs = sum(x.clock for x in lanes)
+        hist = Counter(s.n_tokens for x in lanes for s in x.steps[1:])      # after the prefill pass
+        rows.append({"k": k, "branches": b, "tokens_per_pass": toks / passes, "tok_s": toks / secs,
+                     "speedup": (toks / secs) / (ar_tok / ar_s), "mismatches": mism,
+                     "hist": dict(sorted(hist.items()))})
+        print(rows[-1], flush=True)
+    lines = [f"# ptp decoding parameters on this machine ({cpu_name()}, {e.device}, {e.dtype}, "
+             f"{torch.get_num_threads()} threads, {datetime.date.today()})", "",
+             f"`python evals/ptp_tune.py {' '.join(argv if argv is not None else sys.argv[1:])}`: {len(reqs)} "
+             f"held-out training prompts (not the benchmark suites), greedy, {args.max_new_tokens} new tokens, "
+             f"batch 1. ar: {ar_tok / ar_s:.2f} tokens/s in the same run.", "",
+             "| k | branches | tokens/pass | tokens/s | speed-up vs ar | mismatches vs ar | tokens per step (count) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['k']} | {r['branches']} | {r['tokens_per_pass']:.2f} | {r['tok_s']:.2f} | "
+                     f"{r['speedup']:.2f}× | {r['mismatches']} | "
+                     + ", ".join(f"{n}: {c}" for n, c in r["hist"].items()) + " |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.markdown:
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.markdown).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
