@@ -59,7 +59,7 @@ class VLLM:
         self.log.flush()
         return self.log_path.read_text(errors="replace")[-n:]
 
-    def wait(self, timeout=600) -> "VLLM":
+    def wait(self, timeout=1200) -> "VLLM":   # a first start compiles the model (minutes on 2 cores)
         t0 = time.time()
         while time.time() - t0 < timeout:
             if self.proc.poll() is not None:

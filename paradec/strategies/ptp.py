@@ -36,7 +36,11 @@ from .base import Output, Param, Request, Strategy, register, trained_availabili
 # On a CPU a pass costs roughly in proportion to its positions, so the full quadratic layout (block 16: 272
 # positions) loses to `ar`; these defaults keep a pass small. On a GPU a pass of a few hundred positions costs
 # about what one token does, so there the defaults are the paper's: k = block - 1 and every branch.
+# float32 on a CPU (AVX2, no bf16 matmuls): measured by evals/ptp_tune.py on held-out training prompts with the
+# default model's adapter (docs/bench/ptp_tune.md): k=1/1 branch 1.41x ar, 2/1 1.25x, 3/1 1.02x, 4/2 0.47x.
+# bf16 on a CPU with AMX (a 16-token pass ~1.08x one token) keeps the wider 4/2 (not measured with this adapter).
 CPU_K, CPU_BRANCHES = 4, 2
+CPU_FP32_K, CPU_FP32_BRANCHES = 1, 1
 
 
 def choose_branches(conf: list[float], budget: int) -> list[int]:
@@ -79,9 +83,10 @@ class ParallelTokenPrediction(Strategy):
     lossless = True
     params = {
         "k": Param(0, int, 0, 64, help="drafts verified per pass (0: auto - the adapter's block - 1 on a GPU, "
-                                       f"{CPU_K} on a CPU)"),
+                                       f"{CPU_K} on a bf16 CPU, {CPU_FP32_K} on a float32 CPU)"),
         "branches": Param(0, int, 0, 65, help="accepted counts drafted ahead per pass (0: auto - all of them, i.e. "
-                                              f"full quadratic, on a GPU, {CPU_BRANCHES} on a CPU; >= k+1: all)"),
+                                              f"full quadratic, on a GPU, {CPU_BRANCHES} on a bf16 CPU, "
+                                              f"{CPU_FP32_BRANCHES} on a float32 CPU; >= k+1: all)"),
         "adapter": Param("", str, help="PTP adapter folder (default: <model>/ptp, made by `train ptp`)"),
     }
 
@@ -99,8 +104,9 @@ class ParallelTokenPrediction(Strategy):
         us = u_stream(request)                        # verification (None = greedy: argmax)
         ud = us if us is not None else UStream(request.seed)   # the u's the slots carry
         gpu = engine.device.type != "cpu"
-        k = min(p["k"] or (ad.block - 1 if gpu else CPU_K), ad.block - 1)
-        budget = p["branches"] or (0 if gpu else CPU_BRANCHES)
+        fp32 = engine.dtype == torch.float32
+        k = min(p["k"] or (ad.block - 1 if gpu else CPU_FP32_K if fp32 else CPU_K), ad.block - 1)
+        budget = p["branches"] or (0 if gpu else CPU_FP32_BRANCHES if fp32 else CPU_BRANCHES)
         slots = k + 1
         emb = engine.model.get_input_embeddings()
         out = Output(engine, request)
