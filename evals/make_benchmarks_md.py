@@ -357,7 +357,8 @@ slower), same text.
 ## 4. Parallel Token Prediction (issue 6)
 
 Shipped adapter `data/models/paradec-tiny/ptp/` (rank 32, block 16, 591 steps, 22.8 min of training on one
-shared core; card in its folder). CPU default `k=4, branches=2`; the third table uses full quadratic branching
+shared core; card in its folder). Run with `k=4, branches=2` (the CPU default of the time; a float32 CPU now defaults to
+`k=1, branches=1`, chosen on the default model); the third table uses full quadratic branching
 (`k=15, branches=16`).
 
 {section("ptp-code.md")}

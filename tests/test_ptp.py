@@ -296,3 +296,26 @@ def test_teacher_free_c_ptp_from_plain_text(tmp_path):
     for kw in ({}, {"temperature": 0.8, "seed": 2}):
         ref, _ = run(e, "ar", PROMPTS[0], **kw)
         assert run(e, "ptp", PROMPTS[0], params={"adapter": str(out)}, **kw)[0] == ref
+
+
+# ---------------------------------------------------------------- the default model's shipped adapter
+
+@pytest.mark.slow
+def test_the_default_models_shipped_adapter_loads_and_ptp_equals_ar(default_engine):
+    """data/adapters/<default>/ptp is found through the profile, fits the provisioned model (fingerprint), and
+    `ptp` with it is token for token `ar`, greedy and seeded-sampled, with several tokens in some passes."""
+    e = default_engine
+    assert P.default_adapter_dir(e) == ROOT / "data" / "adapters" / "qwen2.5-coder-0.5b-instruct" / "ptp"
+    ad = P.adapter_for(e)
+    assert ad is not None and ad.meta["base_fingerprint"] == P.fingerprint(e.model)
+    assert (P.default_adapter_dir(e) / P.WEIGHTS).stat().st_size < 50 * 2 ** 20
+    ok, why = get("ptp").available(e)
+    assert ok, why
+    prompt = "Write a Python function that returns the n-th Fibonacci number."
+    ar_ids, _ = run(e, "ar", prompt, max_new_tokens=24)
+    ptp_ids, steps = run(e, "ptp", prompt, max_new_tokens=24)
+    assert ptp_ids == ar_ids
+    assert max(len(s.token_ids) for s in steps[1:]) >= 2          # some drafts were accepted
+    sampled = {"temperature": 0.7, "top_k": 50, "top_p": 0.95, "seed": 3}
+    assert run(e, "ptp", prompt, max_new_tokens=16, **sampled)[0] == run(e, "ar", prompt, max_new_tokens=16,
+                                                                          **sampled)[0]
