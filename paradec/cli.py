@@ -146,11 +146,6 @@ def _generate(args) -> int:
     return 0
 
 
-def _cpu_name() -> str:
-    from .engine import cpu_name
-    return cpu_name()
-
-
 def _roofline_probe(args, engine) -> dict | None:
     """The read-bandwidth probe a bench run takes once at its start (none with --no-roofline or a remote engine)."""
     if getattr(args, "no_roofline", False) or getattr(engine, "remote", False):
@@ -268,12 +263,13 @@ def _bench(args) -> int:
         if roof:
             print(B.roofline_line(roof))
     if args.markdown:
+        from .engine import cpu_name
         env = store.get_run(run_id)["environment"]
         cmd = "python -m paradec " + " ".join(sys.argv[1:]) if sys.argv[0].endswith(("paradec", "__main__.py")) \
             else "python -m paradec bench ..."
         head = (f"### {args.name or 'bench'} — run {run_id}\n\n"
                 f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}\n"
-                f"- machine: {_cpu_name()}, {os.cpu_count()} cores, {env.get('device')}, "
+                f"- machine: {cpu_name()}, {os.cpu_count()} cores, {env.get('device')}, "
                 f"{env.get('dtype')}, torch {env.get('torch')}, transformers {env.get('transformers')}\n"
                 f"- model: {env.get('model')} ({env.get('parameters', 0) / 1e6:.1f}M parameters)\n"
                 f"- command: `{cmd}`\n"

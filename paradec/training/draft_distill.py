@@ -7,7 +7,8 @@ load time, so the folder holds only the layers (bfloat16, tens of MB).
 
 1. Teacher data: the target answers the training prompt set (paradec.training.prompts: chat requests made
    from the standard library, disjoint from evals/suites), once sampled at T 0.7 / top-k 50 / top-p 0.95 and
-   once greedily, in left-padded batches (paradec.training.teacher, cached in data/work/<model>-teacher/ and shared with the PTP trainer).
+   once greedily, in left-padded batches (paradec.training.teacher: cached in data/work/<model>-teacher/,
+   shared with the PTP trainer).
 2. Vocabulary: the `--vocab` most frequent tokens of those answers (plus the stop tokens); its coverage of the
    held-out answers is measured and reported.
 3. Training: cross-entropy of the draft on the target's answer tokens (prompt tokens are context only) over
@@ -138,8 +139,7 @@ def train(args) -> Path:
     ans = TCH.answers(engine, args.prompts, args.eval_prompts, args.seed, args.max_prompt, args.gen_tokens,
                       args.gen_batch, args.teacher_cache or args.work)
     rows, held, data_desc = ans.rows, ans.held, ans.description
-    teacher_min = ("read from the cache an earlier run made (paradec.training.teacher)" if ans.cached
-                   else round(ans.minutes, 2))
+    teacher_min = ans.minutes_for_card()
     if args.teacher_only:
         print(f"teacher data: {len(rows)} rows, {len(held)} held-out ({teacher_min} min)", file=sys.stderr)
         return work
@@ -242,8 +242,8 @@ def write_card(folder: Path) -> Path:
              f"File: {size / 1e6:.1f} MB (bfloat16).", "",
              f"- Trained with: `{cfg.get('trained_with')}`", f"- Data: {cfg.get('data')}",
              f"- Steps: {cfg.get('steps')} x batch {cfg.get('batch')} (rows of at most {cfg.get('max_len')} tokens), "
-             f"lr {cfg.get('lr')}", f"- Time: {cfg.get('train_minutes')} min training + {cfg.get('teacher_minutes')} "
-             f"min teacher answers; hardware: {cfg.get('hardware')}",
+             f"lr {cfg.get('lr')}", f"- Time: {TCH.time_text(cfg.get('train_minutes'), cfg.get('teacher_minutes'))}; "
+             f"hardware: {cfg.get('hardware')}",
              f"- Held-out per-token acceptance (draft argmax == target token): greedy answers {last.get('greedy')}, "
              f"sampled answers {last.get('sampled')}; by kind (greedy): {last.get('greedy_by_kind')}", "",
              "| step | loss | greedy | sampled |", "|---|---|---|---|"]

@@ -318,6 +318,7 @@ def train(args) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     max_len = min(engine.context_length, args.max_len)
     t0 = time.time()
+    ans = None                      # the shared training-prompt answers, when those are the data
     if args.teacher_free:
         sp = PLAIN_SP
         if args.data:
@@ -348,9 +349,7 @@ def train(args) -> Path:
             ans = TCH.answers(engine, args.prompts, args.eval_prompts, args.seed, args.max_prompt, args.gen_tokens,
                               args.gen_batch, args.teacher_cache or (work if args.work else None))
             rows, held, data_desc = ans.rows, ans.held, "distillation: " + ans.description
-            if ans.cached:
-                data_desc += " (answers read from the cache a draft or PTP run made)"
-    gen_minutes = (time.time() - t0) / 60
+    teacher_min = ans.minutes_for_card() if ans is not None else round((time.time() - t0) / 60, 2)
 
     ckpt = work / "checkpoint.pt"
     ad = P.PTPAdapter.for_model(engine.model, rank=args.rank, block=args.block,
@@ -377,8 +376,9 @@ def train(args) -> Path:
 
     def save(final=False):
         ad.meta.update({
-            "base_model": engine.name, "base_fingerprint": P.fingerprint(engine.model), "trained_with": "python -m paradec train ptp " + " ".join(args.argv),
-            "steps": step, "train_minutes": round(elapsed / 60, 2), "teacher_minutes": round(gen_minutes, 2),
+            "base_model": engine.name, "base_fingerprint": P.fingerprint(engine.model),
+            "trained_with": "python -m paradec train ptp " + " ".join(args.argv),
+            "steps": step, "train_minutes": round(elapsed / 60, 2), "teacher_minutes": teacher_min,
             "hardware": f"{cpu_name()} {engine.device}, {engine.dtype}, "
                         f"{torch.get_num_threads()} thread(s)".strip(),
             "data": data_desc, "teacher_sampling": {"temperature": sp.temperature, "top_k": sp.top_k,
@@ -449,8 +449,8 @@ def write_card(folder: Path, cfg: dict) -> Path:
              f"- Data: {cfg.get('data')}",
              f"- Steps: {cfg.get('steps')} (batch {cfg.get('batch')} rows x {cfg.get('blocks_per_row')} blocks of "
              f"{cfg['block']} slots), lr {cfg.get('lr')}",
-             f"- Time: {cfg.get('train_minutes')} min training + {cfg.get('teacher_minutes')} min teacher "
-             f"completions; hardware: {cfg.get('hardware')}",
+             f"- Time: {TCH.time_text(cfg.get('train_minutes'), cfg.get('teacher_minutes'))}; "
+             f"hardware: {cfg.get('hardware')}",
              f"- Held-out tokens per pass (the decoding trajectory walked on held-out teacher completions, "
              f"prefill pass included; every branch drafted): k = {cfg['block'] - 1} drafts per pass: greedy "
              f"{last.get('greedy')}, sampled {last.get('sampled')}; k = 4: greedy {last.get('greedy_k4')}, "

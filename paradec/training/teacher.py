@@ -58,6 +58,12 @@ def encode_prompts(engine, prompts: list[dict], max_prompt: int) -> tuple[list[l
     return sorted((ids for ids, _k in enc), key=len), kinds
 
 
+def time_text(train_minutes, teacher_minutes) -> str:
+    """A card's time line: training minutes, and the teacher's (a number, or where cached answers came from)."""
+    t = f"{teacher_minutes} min" if isinstance(teacher_minutes, (int, float)) else str(teacher_minutes)
+    return f"{train_minutes} min training; teacher answers: {t}"
+
+
 @dataclass
 class Answers:
     rows: list[dict]            # {"prompt", "completion", "greedy", "kind"}
@@ -65,6 +71,11 @@ class Answers:
     description: str            # for a card
     minutes: float              # time spent generating (0 when read from the cache)
     cached: bool                # both sets read from the cache
+
+    def minutes_for_card(self):
+        """The teacher time a card reports: minutes spent, or where the answers came from when cached."""
+        return "read from the cache an earlier run made (paradec.training.teacher)" if self.cached else \
+            round(self.minutes, 2)
 
 
 def answers(engine, n_prompts: int = 288, n_held: int = 36, seed: int = 0, max_prompt: int = 320,
