@@ -1,12 +1,17 @@
 """Load test of the web app: N concurrent gradio_client sessions, each racing three strategies.
 
     python evals/load_app.py [--url http://127.0.0.1:7860/] [--clients 8] [--max-new-tokens 48] [--timeout 300]
+                             [--strategies ar,pld,lookahead | a,b,c,d,...]
+
+With more than three strategies, session i races a window of three of them, rotating, so the sessions together
+put every strategy in the mix.
 
 Without --url it starts `python app.py --random-tiny` on a free 127.0.0.1 port with a temporary database and
 stops it afterwards. All sessions share one engine, so races queue (one at a time); a session's latency is
 submit -> last frame, including its wait in the queue. Prints one JSON line: completed count, errors (a
 session that raised or timed out), lost (a session whose last frame was not a finished race), per-client
-latency, time to the first streamed token (submit -> first frame with a token), and their p50/max.
+latency, time to the first streamed token (submit -> first frame with a token), and their p50/max; and
+lane_errors: columns of a finished race that ended in an error (a strategy that failed under load).
 """
 from __future__ import annotations
 
@@ -63,7 +68,8 @@ def one_client(url: str, i: int, strategies: list[str], max_new: int, deadline: 
     from gradio_client import Client
 
     from paradec.ui.arena import default_params_json, param_strategies
-    rec = {"client": i, "completed": False, "latency_s": None, "first_token_s": None, "frames": 0, "error": None}
+    rec = {"client": i, "strategies": strategies, "completed": False, "latency_s": None, "first_token_s": None,
+           "frames": 0, "error": None, "lane_errors": {}}
     try:
         c = Client(url, verbose=False, analytics_enabled=False)
         args = [f"Client {i}: explain Python decorators.", "chat", strategies, max_new, 0.0, 1.0, i,
@@ -81,7 +87,10 @@ def one_client(url: str, i: int, strategies: list[str], max_new: int, deadline: 
             seen = len(outs)
             if job.done():
                 last = (job.outputs() or [None])[-1]
-                rec["completed"] = bool(_figures(last).get("finished"))
+                figs = _figures(last)
+                rec["completed"] = bool(figs.get("finished"))
+                rec["lane_errors"] = {n: v.get("error") for n, v in figs.get("lanes", {}).items()
+                                      if v.get("status") == "error" or v.get("error")}
                 rec["latency_s"] = time.perf_counter() - t0
                 break
             time.sleep(0.02)
@@ -94,6 +103,16 @@ def one_client(url: str, i: int, strategies: list[str], max_new: int, deadline: 
             barrier.abort()
         rec["error"] = f"{type(e).__name__}: {e}"
     out.append(rec)
+
+
+PER_RACE = 3
+
+
+def race_of(strategies: list[str], i: int) -> list[str]:
+    """Session i's three strategies: all of them when there are at most three, else a rotating window."""
+    if len(strategies) <= PER_RACE:
+        return list(strategies)
+    return [strategies[(i * PER_RACE + k) % len(strategies)] for k in range(PER_RACE)]
 
 
 def _p50(vals):
@@ -120,7 +139,8 @@ def main(argv=None) -> int:
         out: list = []
         barrier = threading.Barrier(args.clients)
         threads = [threading.Thread(target=one_client,
-                                    args=(url, i, strategies, args.max_new_tokens, deadline, out, barrier))
+                                    args=(url, i, race_of(strategies, i), args.max_new_tokens, deadline, out,
+                                          barrier))
                    for i in range(args.clients)]
         t0 = time.perf_counter()
         for t in threads:
@@ -134,13 +154,14 @@ def main(argv=None) -> int:
         report = {"clients": args.clients, "strategies": strategies, "max_new_tokens": args.max_new_tokens,
                   "completed": sum(r["completed"] for r in out),
                   "errors": sum(bool(r["error"]) for r in out),
+                  "lane_errors": sum(len(r["lane_errors"]) for r in out),
                   "lost": sum(not r["completed"] and not r["error"] for r in out) + args.clients - len(out),
                   "wall_s_with_connect": round(wall, 3),
                   "latency_p50_s": _p50(lat), "latency_max_s": max(lat) if lat else None,
                   "first_token_p50_s": _p50(ftt), "first_token_max_s": max(ftt) if ftt else None,
                   "per_client": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()} for r in out]}
         print(json.dumps(report))
-        return 0 if report["completed"] == args.clients else 1
+        return 0 if report["completed"] == args.clients and not report["lane_errors"] else 1
     finally:
         if proc is not None:
             proc.terminate()

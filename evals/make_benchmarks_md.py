@@ -145,6 +145,32 @@ def bullet(name: str, key: str) -> str:
     return m.group(1).strip() if m else ""
 
 
+def load_default() -> str:
+    """The issue-23 loads on the default model, from the JSON lines the load scripts printed (docs/bench/)."""
+    srv_f, app_f = ROOT / "docs" / "bench" / "load-server-default.json", ROOT / "docs" / "bench" / "load-app-default.json"
+    if not (srv_f.exists() and app_f.exists()):
+        return ("  - Not run on the default model: `python -m paradec serve --port 8000 &`, then `python "
+                "evals/load_server.py --clients 16 --seconds 60 --max-tokens 32 --strategy all`; `python app.py &`, then "
+                "`python evals/load_app.py --url … --strategies <all 12>`; their JSON lines go to docs/bench/"
+                "load-server-default.json and load-app-default.json.")
+    srv, app = json.loads(srv_f.read_text()), json.loads(app_f.read_text())
+    per = srv["per_strategy"]
+    lanes = sorted({s for c in app["per_client"] for s in c["strategies"]})
+    return f"""  - **On the default model** (Qwen2.5-Coder-0.5B-Instruct, float32, AMD EPYC 2 cores, 2026-12-01, quiet machine;
+    `python -m paradec serve --port 8000` with the shipped draft and PTP adapter; the JSON lines are
+    docs/bench/load-server-default.json and load-app-default.json):
+  - `evals/load_server.py --clients {srv['clients']} --seconds {srv['seconds']:.0f} --max-tokens {srv['max_tokens']} --strategy all`: {len(per)} strategies in the mix
+    ({', '.join(per)}); {srv['requests']} requests, {srv['ok']} ok, {srv['rejected']} × 429, **{srv['server_errors']} server
+    errors, {srv['lost']} lost or truncated streams**, {srv['bad']} malformed; every strategy completed at least
+    {min(v['ok'] for v in per.values())} stream{'s' if min(v['ok'] for v in per.values()) != 1 else ''}. One engine worker: {srv['throughput_tok_s']} tokens/s in all, latency p50
+    {srv['latency_p50_s']:.1f} s / p99 {srv['latency_p99_s']:.1f} s, almost all of it queueing (TTFT p50 {srv['ttft_p50_s']:.1f} s); the load
+    ran {srv['elapsed_s']:.0f} s, the 60 s of new requests and the queue draining.
+  - `evals/load_app.py --clients {app['clients']} --max-new-tokens {app['max_new_tokens']}` against `python app.py`: {app['clients']} Arena sessions
+    racing three strategies each, rotating over {len(lanes)} ({', '.join(lanes)}): {app['completed']}/{app['clients']} races
+    finished, **{app['errors']} session errors, {app['lane_errors']} failed columns, {app['lost']} lost**; latency p50 {app['latency_p50_s']:.1f} s,
+    max {app['latency_max_s']:.1f} s (races queue on the one engine)."""
+
+
 def default_part() -> str:
     """The default model's section: a summary over the per-suite runs (docs/bench/default-SUITE.md) and the runs."""
     have = [s for s in DEFAULT_SUITES if (B / f"default-{s}.md").exists()]
@@ -439,9 +465,7 @@ measured here (no vLLM on this machine).
     errors, 0 lost.
   - `evals/load_app.py --clients 8 --max-new-tokens 24 --timeout 30` (8 Arena sessions racing ar, pld, lookahead;
     random tiny app): 8/8 complete, 0 errors, 0 lost; latency p50 2.43 s, max 3.30 s.
-  - Not yet run on the default model (Qwen2.5-Coder-0.5B; the issue's 16 streams × 60 s): it needs a quiet
-    machine. Command: `python -m paradec serve --port 8000 &` then
-    `python evals/load_server.py --clients 16 --seconds 60 --strategy all` and `python evals/load_app.py --url …`.
+{load_default()}
 """
     (ROOT / "BENCHMARKS.md").write_text(md)
     print("wrote BENCHMARKS.md")

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Regenerate the benchmark sections that BENCHMARKS.md holds, on the code as it stands.
-#   bash evals/run_benchmarks.sh [section ...]     sections: default peers spec sot race (default: default)
+#   bash evals/run_benchmarks.sh [section ...]     sections: default sot-default peers spec sot race (default: default)
 #   default: every lossless strategy that runs on the default model (Qwen2.5-Coder-0.5B-Instruct; ptp with its
 #            shipped adapter), one run per suite,
-#            N_DEFAULT prompts each (docs/bench/default-SUITE.md); the others are the paradec-tiny sections
+#            N_DEFAULT prompts each (docs/bench/default-SUITE.md)
+#   sot-default: Skeleton-of-Thought on the default model: ar, sot, sot-seq and sot-r on the list-style suite
+#            (N_SOT prompts, answers up to 512 tokens: the paper's end-to-end measure), the quality report
+#            (evals/sot_quality.py: ROUGE-L, point coverage, the model as judge with its reliability), and sot-r
+#            beside ar on N_MIX prompts of every suite (its routing and its cost where it routes to ar)
+#   the others are the paradec-tiny sections
 # Each section is one `python -m paradec bench` run (all strategies in the same run, so ratios are fair),
 # stored in $DB and written as Markdown to docs/bench/<section>.md.
 set -euo pipefail
@@ -15,6 +20,8 @@ OUT=docs/bench
 mkdir -p "$OUT"
 export HF_HUB_OFFLINE=1
 N_DEFAULT=${N_DEFAULT:-6}
+N_SOT=${N_SOT:-8}
+N_MIX=${N_MIX:-2}
 SUITES=${SUITES:-conversation translation summarization qa math rag code code-edit lists}
 sections=${*:-default}
 for s in $sections; do
@@ -27,6 +34,14 @@ for s in $sections; do
         $PY -m paradec bench --suite "$suite" --strategies "$strategies" --limit "$N_DEFAULT" --max-new-tokens 64 \
           --no-perplexity --db "$DB" --name "default model ($suite)" --markdown "$OUT/default-$suite.md"
       done ;;
+    sot-default) # issue 19
+      $PY -m paradec bench --suite lists --strategies ar,sot,sot-seq,sot-r --limit "$N_SOT" --max-new-tokens 512 \
+        --no-perplexity --db "$DB" --name "SoT on the default model (lists)" --markdown "$OUT/default-sot.md"
+      run=$($PY -c "from paradec.store import Store; print(max(r['id'] for r in Store('$DB').list_runs() if r['name'] == 'SoT on the default model (lists)'))")
+      $PY evals/sot_quality.py --db "$DB" --run "$run" --out "$OUT/default-sot-quality.md"
+      $PY evals/mix_suites.py --per-suite "$N_MIX" --out data/work/suite-mix.jsonl
+      $PY -m paradec bench --eval-set data/work/suite-mix.jsonl --strategies ar,sot-r --max-new-tokens 64 \
+        --no-perplexity --db "$DB" --name "sot-r on every suite" --markdown "$OUT/default-sotr.md" ;;
     peers)   # issue 2: ar against transformers' own generate, same prompts, same run
       $PY -m paradec bench --model paradec-tiny --suite qa --strategies ar,hf-generate --limit "$N" --repeats 3 \
         --max-new-tokens 96 --ignore-eos --no-perplexity --db "$DB" --name "ar vs generate (qa)" \

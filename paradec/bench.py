@@ -213,7 +213,7 @@ def run_bench(engine, store, run_id: int, items: list[BenchItem], settings: Benc
                                forward_passes=f.forward_passes, draft_passes=f.draft_passes, drafted=f.drafted,
                                accepted=f.accepted, ttft_s=f.ttft_s, e2e_s=f.elapsed_s, tokens_per_s=f.tokens_per_s,
                                tpot_s=f.tpot_s, tokens_per_pass=f.tokens_per_pass, itl=f.itl, error=lane.error,
-                               params=params[s],
+                               params=params[s], meta=_lane_meta(lane),
                                quality=_quality(engine, req, lane, s, ar_outputs.get((rep, turn)),
                                                 item.reference_for(turn),
                                                 settings))
@@ -226,6 +226,16 @@ def run_bench(engine, store, run_id: int, items: list[BenchItem], settings: Benc
                     if progress:
                         progress(count, total, f"{item.item_id} · {s} · repeat {rep + 1}")
     return {"stored": stored, "skipped": skipped, "stopped": False, "total": total}
+
+
+LANE_FACTS = ("route", "p_list", "points", "fallback")   # what SoT and SoT-R say about how they answered
+
+
+def _lane_meta(lane) -> dict | None:
+    """Facts a strategy reported about its answer that a reader of the results needs (sot-r's route, SoT's
+    points or the reason it fell back), stored in the result's meta."""
+    m = {k: lane.info[k] for k in LANE_FACTS if k in lane.info}
+    return m or None
 
 
 def _quality(engine, req, lane, strategy, ar_out, reference, settings) -> dict:

@@ -7,6 +7,10 @@
 * `exact_match(ids, ref_ids)` - 1.0 when the token ids are identical, else 0.0.
 * `perplexity(engine, prompt_ids, output_ids)` - exp(mean NLL of the output tokens given the prompt),
   from one forward pass of the engine's model.
+* `point_coverage(candidate, reference)` - the share of the reference's list points (numbered or bulleted
+  lines) that the candidate covers: a reference point counts as covered when at least half of its heading's
+  content words (5-letter stems) occur in one of the candidate's points. None unless the reference has at
+  least two points. It is how SoT's answer is compared with `ar`'s beside ROUGE-L (SoT's points are short).
 * `quality_row(...)` - the dict stored in results.quality.
 
 Metrics that have nothing to compare return None (no reference, empty output for perplexity).
@@ -142,6 +146,41 @@ def perplexity(engine, prompt_ids, output_ids) -> float | None:
     return math.exp(nll) if nll < 700 else float("inf")
 
 
+_LIST_LINE = re.compile(r"^\s*(?:\d{1,3}\s*[.)]|[-*\u2022])\s+(.*\S)\s*$")
+_STOP = frozenset("""a an and are as at be by can for from has have how in is it its of on or that the their them
+this to use using was what when which who why will with you your more less not very""".split())
+
+
+def list_points(text: str | None) -> list[str]:
+    """The list items of a text: lines that start with `N.`, `N)`, `-`, `*` or a bullet, markdown stripped."""
+    if not text:
+        return []
+    return [m.group(1).replace("**", "").replace("__", "").strip()
+            for m in map(_LIST_LINE.match, text.splitlines()) if m]
+
+
+def _heading(point: str) -> str:
+    """A point's heading: the text before its first ':' / ' - ' (the whole point when it has neither)."""
+    for sep in (":", " - ", " \u2013 "):
+        if sep in point:
+            return point.split(sep, 1)[0]
+    return point
+
+
+def content_stems(text: str) -> set[str]:
+    return {w[:5] for w in _WORD.findall(text.lower()) if w.isdigit() or (w not in _STOP and len(w) > 2)}
+
+
+def point_coverage(candidate: str | None, reference: str | None) -> float | None:
+    """Share of the reference's points (>= 2 needed) that some point of the candidate covers (see module doc)."""
+    ref = [s for s in (content_stems(_heading(p)) for p in list_points(reference)) if s]
+    if len(ref) < 2:
+        return None
+    cand = [content_stems(p) for p in list_points(candidate)] or [content_stems(candidate or "")]
+    covered = sum(any(len(r & c) * 2 >= len(r) for c in cand) for r in ref)
+    return covered / len(ref)
+
+
 def quality_row(text: str, token_ids=None, *, ar_text: str | None = None, ar_ids=None,
                 reference: Reference = None) -> dict:
     """The quality dict stored with a result: agreement with autoregressive output and with the reference (the
@@ -149,7 +188,7 @@ def quality_row(text: str, token_ids=None, *, ar_text: str | None = None, ar_ids
     q = {"exact_match": exact_match(token_ids, ar_ids) if token_ids is not None else None,
          "rouge_l_vs_ar": rouge_l(text, ar_text), "bleu_vs_ar": bleu(text, ar_text),
          "rouge_l_vs_ref": rouge_l(text, reference), "bleu_vs_ref": bleu(text, reference),
-         "contains_ref": contains(text, reference)}
+         "contains_ref": contains(text, reference), "point_coverage_vs_ar": point_coverage(text, ar_text)}
     if token_ids is not None and ar_ids is not None and q["exact_match"] == 0.0:
         q["first_mismatch"] = first_mismatch(token_ids, ar_ids)
     return {k: v for k, v in q.items() if v is not None}

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from paradec.quality import (alternatives, best_reference, bleu, contains, exact_match, first_mismatch, perplexity,
+from paradec.quality import (alternatives, list_points, point_coverage, best_reference, bleu, contains, exact_match, first_mismatch, perplexity,
                              quality_row, rouge_l)
 
 REF = "Return a new list containing all items from the iterable in ascending order."
@@ -103,3 +103,18 @@ def test_perplexity_longer_than_context(tiny_engine):
     out = [42, 43, 44]
     ppl = perplexity(eng, prompt, out)
     assert ppl is not None and math.isfinite(ppl) and ppl > 1.0
+
+
+def test_point_coverage_counts_the_reference_points_the_candidate_covers():
+    ar = ("Exercise helps in many ways:\n\n1. **Better heart health**: it lowers blood pressure.\n"
+          "2. **Weight control**: it burns calories.\n3. **Mood**: it releases endorphins.\n\nIn short, move.")
+    assert list_points(ar) == ["Better heart health: it lowers blood pressure.", "Weight control: it burns calories.",
+                               "Mood: it releases endorphins."]
+    sot = "1. Heart health. It strengthens the heart.\n2. Mood improvement: exercise lifts the mood.\n3. Sleep."
+    assert point_coverage(sot, ar) == pytest.approx(2 / 3)          # weight control is missing
+    assert point_coverage(ar, ar) == 1.0
+    assert point_coverage("Nothing relevant here.", ar) == 0.0
+    assert point_coverage(sot, "A prose answer without a list.") is None   # nothing to cover
+    assert point_coverage(None, ar) == 0.0
+    bullets = "- Better heart health\n- Weight control\n* Mood"
+    assert point_coverage(bullets, ar) == 1.0

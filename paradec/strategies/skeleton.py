@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import torch
 
 from ..decoding import batched_tokens, one_token_steps
+from ..quality import content_stems
 from ..sampling import UStream, next_tokens
 from .base import Output, Param, Request, RequestError, Step, Strategy, get, register, u_stream
 
@@ -125,10 +126,13 @@ def parse_skeleton(text: str, max_points: int = 10) -> list[str]:
     Lines that do not start with `N.` / `N)` are ignored (junk, preambles). A repeated index keeps its first
     occurrence; indexes that go backwards are treated as repeats (the model started the list over). Gaps are
     closed by renumbering: the result is just the ordered list, point b is result[b-1]. Points are stripped
-    of markdown emphasis and trailing punctuation and cut to MAX_POINT_WORDS words; empty points are dropped;
-    at most `max_points` are kept.
+    of markdown emphasis and trailing punctuation and cut to MAX_POINT_WORDS words; empty points are dropped,
+    and so are near-duplicates: a point whose content words (5-letter stems) are for at least 80% shared
+    with an earlier point's, or all (two or more) contained in it or containing it (a small model's skeleton
+    often repeats itself: "Improved mood", "Improves mood"; "Better sleep", "Better sleep quality"). At most
+    `max_points` are kept.
     """
-    points, seen, last = [], set(), 0
+    points, seen, last, stems = [], set(), 0, []
     for line in text.splitlines():
         m = _POINT.match(line)
         if not m:
@@ -142,10 +146,20 @@ def parse_skeleton(text: str, max_points: int = 10) -> list[str]:
             continue
         seen.add(idx)
         last = idx
+        st = content_stems(body) or {body.lower()}
+        if any(_same_point(st, o) for o in stems):
+            continue
+        stems.append(st)
         points.append(" ".join(words[:MAX_POINT_WORDS]))
         if len(points) >= max_points:
             break
     return points
+
+
+def _same_point(a: set, b: set) -> bool:
+    """Near-duplicate points: >= 80% of their stems shared, or one's stems (two or more) all in the other's."""
+    small = min(len(a), len(b))
+    return len(a & b) >= 0.8 * len(a | b) or (small >= 2 and len(a & b) == small)
 
 
 def render_skeleton(points: list[str]) -> str:
@@ -256,23 +270,48 @@ def given_points(forced, max_points: int) -> list[str]:
     return [str(x).strip() for x in forced][:max_points]
 
 
+def skeleton_complete(text: str, max_points: int = 10) -> bool:
+    """Whether a skeleton being written is over: `max_points` points parsed, or at least two points followed by
+    a finished line that is not a numbered point (the model has moved on to prose or to details)."""
+    lines = text.split("\n")
+    if len(parse_skeleton(text, max_points)) >= max_points and text.endswith("\n"):
+        return True
+    seen = 0
+    for line in lines[:-1]:             # complete lines only
+        if _POINT.match(line):
+            seen += 1
+        elif line.strip() and seen >= 2:
+            return True
+    return False
+
+
 def skeleton_steps(steps, max_points: int, end_stage: bool = False):
     """The skeleton stage's Steps, dressed as SoT shows them: segment 0, stage 'skeleton', the pre-filled "1."
     in front of the first text, and on the finishing Step the skeleton and its points. Returns the points.
+    The stage ends when the model ends it or when the skeleton is complete (`skeleton_complete`): a model that
+    goes on to write the answer's prose after its outline is not waited for.
     end_stage: clear the finishing Step's finished flag (the answer is still to come)."""
     text, first, points = "", True, None
-    for st in steps:
-        st.segment, st.info["stage"] = 0, "skeleton"
-        if first:
-            st.text = skeleton_prefix() + st.text
-            first = False
-        text += st.text
-        if st.finished:
-            points = parse_skeleton(text, max_points)
-            st.info.update(skeleton=text, points=points)
-            if end_stage:
-                st.finished, st.finish_reason = False, None
-        yield st
+    try:
+        for st in steps:
+            st.segment, st.info["stage"] = 0, "skeleton"
+            if first:
+                st.text = skeleton_prefix() + st.text
+                first = False
+            text += st.text
+            if not st.finished and skeleton_complete(text, max_points):
+                st.finished, st.finish_reason = True, "stop"
+            if st.finished:
+                points = parse_skeleton(text, max_points)
+                st.info.update(skeleton=text, points=points)
+                if end_stage:
+                    st.finished, st.finish_reason = False, None
+                yield st
+                break
+            yield st
+    finally:
+        if hasattr(steps, "close"):     # ended early: release the decoding loop (a remote stream closes)
+            steps.close()
     return points if points is not None else parse_skeleton(text, max_points)
 
 
