@@ -4,7 +4,7 @@
 #   ./run.sh test [pytest args]    run the test suite (installs Debian's chromium for the browser test if root,
 #                                  and the vLLM venv for tests/test_vllm.py)
 #   ./run.sh cli  [args]           python -m paradec ...
-#   ./run.sh vllm [--speculative ngram] [--port P]
+#   ./run.sh vllm [--speculative ngram] [--port P] [--dtype bfloat16|float32]
 #                                  serve the default model with a real vLLM (CPU build, own venv .venv-vllm) on
 #                                  127.0.0.1; prints the --engine URL for the app and the CLI once it is ready
 set -euo pipefail
@@ -44,20 +44,23 @@ vllm_env() {
 }
 
 vllm() {
-  local port=8011 spec="" model=""
+  local port=8011 spec="" model="" dtype=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --port) port=$2; shift 2 ;;
       --speculative) spec=$2; shift 2 ;;
       --model) model=$2; shift 2 ;;
-      *) echo "unknown option $1 (use --port P, --speculative ngram, --model DIR)" >&2; exit 2 ;;
+      --dtype) dtype=$2; shift 2 ;;
+      *) echo "unknown option $1 (use --port P, --speculative ngram, --model DIR, --dtype bfloat16|float32)" >&2; exit 2 ;;
     esac
   done
   setup requirements.txt
   vllm_env
   [ -n "$model" ] || model=$(.venv/bin/python -m paradec model path)
+  # the dtype paradec's --dtype auto picks on this machine (bf16 where the CPU does bf16 matrix work, else fp32)
+  [ -n "$dtype" ] || dtype=$(.venv/bin/python -c "import torch; from paradec.engine import pick_dtype; print(str(pick_dtype(torch.device('cpu'))).removeprefix('torch.'))")
   local name; name=$(basename "$model")
-  local args=(--model "$model" --served-model-name "$name" --dtype bfloat16 --max-model-len 4096
+  local args=(--model "$model" --served-model-name "$name" --dtype "$dtype" --max-model-len 4096
               --host 127.0.0.1 --port "$port")
   case "$spec" in
     "") ;;

@@ -171,6 +171,54 @@ def load_default() -> str:
     max {app['latency_max_s']:.1f} s (races queue on the one engine)."""
 
 
+def sot_part() -> str:
+    """Skeleton-of-Thought on the default model (issue 19): the lists run, its quality report, sot-r on every suite."""
+    if not (B / "default-sot.md").exists():
+        return "Not run on the code as it stands: `bash evals/run_benchmarks.sh sot-default`.\n"
+    r = rows("default-sot.md")
+    e2e = {x: num(r[x]["end-to-end speed-up"]) for x in r}
+    quality = section("default-sot-quality.md") if (B / "default-sot-quality.md").exists() else ""
+    mix = ""
+    if (B / "default-sotr.md").exists():
+        cats = [ln.split("|")[1].strip() for ln in (B / "default-sotr.md").read_text().splitlines()
+                if ln.startswith("| ") and "| sot-r |" in ln]
+        per = {c: rows("default-sotr.md", c) for c in cats if c != "all"}
+        ratios = {c: num(v["sot-r"]["speed-up vs ar"]) for c, v in per.items() if "sot-r" in v}
+        routed = json.loads((B / "default-sotr-routes.json").read_text()) if (B / "default-sotr-routes.json").exists() else {}
+        lines = ["| suite | sot-r speed-up vs ar (tokens/s) | end-to-end | routed to sot | ROUGE-L vs ar |",
+                 "|---|---|---|---|---|"]
+        for c, v in per.items():
+            if "sot-r" in v:
+                rt = routed.get(c, {})
+                lines.append(f"| {c} | {v['sot-r']['speed-up vs ar']} | {v['sot-r']['end-to-end speed-up']} | "
+                             f"{rt.get('sot', 0)} of {rt.get('sot', 0) + rt.get('ar', 0)} | {v['sot-r']['ROUGE-L vs ar']} |")
+        plain = [ratios[c] for c in ratios if routed.get(c, {}).get("sot", 0) == 0]
+        mix = ("\n".join(lines) + "\n\n" + (f"On the suites where every question went to `ar`, sot-r ran at "
+               f"**{min(plain):.2f}–{max(plain):.2f}×** `ar`'s tokens/s (goal: never below 0.95×). Where it chose SoT "
+               "(the list questions, and conversation turns such as \"plan three games\"), this run's 64-token "
+               "budget leaves SoT no room to win: the skeleton is spent before the first answer token; SoT's speed "
+               "is the lists run above." if plain else "")
+               + "\n\n" + section("default-sotr.md"))
+    router = json.loads((ROOT / "data" / "router.json").read_text())["meta"]
+    return f"""`bash evals/run_benchmarks.sh sot-default`: `ar`, `sot`, `sot-seq` and `sot-r` in one run on the list-style
+suite (answers up to 512 tokens, greedy: each strategy writes its whole answer, and the end-to-end time is the
+paper's measure), then the quality report of that run, then `sot-r` beside `ar` on the first prompts of every suite.
+
+End to end over `ar`: **sot {e2e.get('sot', float('nan')):.2f}×** (goal ≥ 1.8×), sot-seq {e2e.get('sot-seq', float('nan')):.2f}× (the same
+answers with the points written one after another: batching the points is worth
+{e2e.get('sot', float('nan')) / e2e.get('sot-seq', float('nan')):.2f}×), sot-r {e2e.get('sot-r', float('nan')):.2f}×. SoT's answers are shorter than `ar`'s (each
+point is one or two sentences): the quality figures below say what that costs.
+
+{section("default-sot.md")}
+{quality}
+**The router** (`data/router.json`, `python -m paradec train router`): {router['kind']}, trained on
+{router['train']} labelled questions (`evals/router_labels.jsonl`: real questions, none of them near a suite's prompt -
+a test checks it), held-out accuracy **{router['held_out_accuracy']}** on {router['held_out']} questions (the keyword rule:
+{router['keyword_rule_held_out_accuracy']}).
+
+{mix}"""
+
+
 def default_part() -> str:
     """The default model's section: a summary over the per-suite runs (docs/bench/default-SUITE.md) and the runs."""
     have = [s for s in DEFAULT_SUITES if (B / f"default-{s}.md").exists()]
@@ -308,6 +356,10 @@ def main() -> None:
 ## The default model: Qwen2.5-Coder-0.5B-Instruct
 
 {default_part()}
+
+## Skeleton-of-Thought on the default model (issue 19)
+
+{sot_part()}
 
 # paradec-tiny (the earlier default)
 

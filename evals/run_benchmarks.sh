@@ -41,7 +41,9 @@ for s in $sections; do
       $PY evals/sot_quality.py --db "$DB" --run "$run" --out "$OUT/default-sot-quality.md"
       $PY evals/mix_suites.py --per-suite "$N_MIX" --out data/work/suite-mix.jsonl
       $PY -m paradec bench --eval-set data/work/suite-mix.jsonl --strategies ar,sot-r --max-new-tokens 64 \
-        --no-perplexity --db "$DB" --name "sot-r on every suite" --markdown "$OUT/default-sotr.md" ;;
+        --no-perplexity --db "$DB" --name "sot-r on every suite" --markdown "$OUT/default-sotr.md"
+      run=$($PY -c "from paradec.store import Store; print(max(r['id'] for r in Store('$DB').list_runs() if r['name'] == 'sot-r on every suite'))")
+      $PY evals/sot_quality.py --db "$DB" --run "$run" --routes "$OUT/default-sotr-routes.json" ;;
     peers)   # issue 2: ar against transformers' own generate, same prompts, same run
       $PY -m paradec bench --model paradec-tiny --suite qa --strategies ar,hf-generate --limit "$N" --repeats 3 \
         --max-new-tokens 96 --ignore-eos --no-perplexity --db "$DB" --name "ar vs generate (qa)" \

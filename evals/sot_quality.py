@@ -19,6 +19,11 @@ accuracy >= 0.8 and consistency >= 0.7; otherwise the figures are printed with t
 they are not used.
 
 Nothing in the database is changed. The report is Markdown (stdout, and --out when given).
+
+    python evals/sot_quality.py --db data/bench.db --run RUN --routes docs/bench/default-sotr-routes.json
+
+writes instead, per category of the run, how many of sot-r's answers went to sot and how many to ar (the route
+sot-r records in each result's meta), as JSON.
 """
 from __future__ import annotations
 
@@ -113,6 +118,20 @@ def load_items(db: str, run_id: int, strategies: list[str]) -> tuple[list[dict],
     return items, run
 
 
+def routes(db: str, run_id: int, strategy: str = "sot-r") -> dict:
+    """{category: {"sot": n, "ar": n}} from the route each `strategy` result recorded (turn 0 only: a
+    conversation's later turns are routed on their own text, but the question of the item is its first turn)."""
+    from paradec.store import Store
+    out: dict = {}
+    for r in Store(db).get_results(run_id):
+        if r["strategy"] == strategy and not r.get("error"):
+            route = (r.get("meta") or {}).get("route")
+            if route:
+                c = out.setdefault(r["category"], {"sot": 0, "ar": 0})
+                c[route] = c.get(route, 0) + 1
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--db", default="data/bench.db")
@@ -121,7 +140,15 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=None, help="judge model (default: the default model)")
     ap.add_argument("--no-judge", action="store_true", help="skip the pairwise judgement")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--routes", default=None, help="write sot-r's routes per category of the run to this JSON file")
     args = ap.parse_args(argv)
+    if args.routes:
+        import json
+        rt = routes(args.db, args.run)
+        Path(args.routes).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.routes).write_text(json.dumps(rt, indent=1) + "\n", encoding="utf-8")
+        print(json.dumps(rt))
+        return 0
     strategies = [s for s in args.strategies.split(",") if s]
     items, run = load_items(args.db, args.run, strategies)
     if not items:

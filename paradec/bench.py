@@ -8,6 +8,7 @@ reference where the eval item has one; perplexity of every output under the targ
 from __future__ import annotations
 
 import platform
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
@@ -45,6 +46,36 @@ class BenchSettings:
     ignore_eos: bool = False
     params: dict = field(default_factory=dict)    # strategy -> {param: value}
     perplexity: bool = True
+    peers: dict = field(default_factory=dict)     # lane name -> "STRATEGY@URL": another engine's lane in this run
+
+
+class PeerError(ValueError):
+    """A --peer spec that cannot be used."""
+
+
+def parse_peer(spec: str) -> tuple[str, str, str]:
+    """'NAME=STRATEGY@URL' (or 'NAME=URL', strategy ar) -> (name, strategy, url). A peer is a lane of the run
+    served by another engine - an OpenAI-compatible server (vLLM plain: ar; vLLM with its n-gram speculation:
+    vllm-spec; paradec serve: any strategy) - timed client-side like every remote run, on the same prompts."""
+    name, eq, rest = str(spec).partition("=")
+    strategy, at, url = rest.rpartition("@") if "@" in rest else ("ar", "@", rest)
+    name, strategy, url = name.strip(), strategy.strip(), url.strip()
+    if not eq or not re.fullmatch(r"[A-Za-z][\w.-]{0,39}", name or "") or not url.startswith(("http://", "https://")):
+        raise PeerError(f"--peer {spec!r}: expected NAME=STRATEGY@URL, e.g. vllm=ar@http://127.0.0.1:8011 or "
+                        "vllm-ngram=vllm-spec@http://127.0.0.1:8012")
+    if not re.fullmatch(r"[a-z][\w-]{0,39}", strategy):
+        raise PeerError(f"--peer {spec!r}: {strategy!r} is not a strategy name")
+    return name, strategy, url
+
+
+def peer_engines(settings: BenchSettings) -> dict:
+    """{lane name: (RemoteEngine, strategy)} for the run's peers."""
+    from .remote import RemoteEngine
+    out = {}
+    for name, spec in (settings.peers or {}).items():
+        _, strategy, url = parse_peer(f"{name}={spec}")
+        out[name] = (RemoteEngine(url), strategy)
+    return out
 
 
 def _lossless(name: str) -> bool:
@@ -182,6 +213,7 @@ def run_bench(engine, store, run_id: int, items: list[BenchItem], settings: Benc
         warm = Request(prompt=items[0].turns[0], chat=items[0].chat, max_new_tokens=8)
         for s in strategies:
             run_alone(engine, s, warm, settings.params.get(s))
+    peers = peer_engines(settings)
     params = {s: effective_params(s, settings.params.get(s)) for s in strategies}
     stored = skipped = 0
     for item in items:
@@ -206,7 +238,8 @@ def run_bench(engine, store, run_id: int, items: list[BenchItem], settings: Benc
                         history.append({"role": "assistant", "content": (prev or {}).get("text") or ""})
                         count += 1
                         continue
-                    lane = run_alone(engine, s, req, settings.params.get(s))
+                    eng, strat = peers.get(s, (engine, s))
+                    lane = run_alone(eng, strat, req, settings.params.get(s))
                     f = lane.figures()
                     row = dict(item_key=item.item_id, category=item.category, strategy=s, repeat=rep, turn=turn,
                                prompt=user_text, text=lane.text, token_ids=lane.token_ids, n_tokens=f.tokens,
@@ -214,9 +247,9 @@ def run_bench(engine, store, run_id: int, items: list[BenchItem], settings: Benc
                                accepted=f.accepted, ttft_s=f.ttft_s, e2e_s=f.elapsed_s, tokens_per_s=f.tokens_per_s,
                                tpot_s=f.tpot_s, tokens_per_pass=f.tokens_per_pass, itl=f.itl, error=lane.error,
                                params=params[s], meta=_lane_meta(lane),
-                               quality=_quality(engine, req, lane, s, ar_outputs.get((rep, turn)),
+                               quality=_quality(eng, req, lane, s, ar_outputs.get((rep, turn)),
                                                 item.reference_for(turn),
-                                                settings))
+                                                settings, peer=s in peers))
                     if s == "ar":
                         ar_outputs[(rep, turn)] = (lane.token_ids, lane.text)
                     store.add_result(run_id, **row)
@@ -238,7 +271,7 @@ def _lane_meta(lane) -> dict | None:
     return m or None
 
 
-def _quality(engine, req, lane, strategy, ar_out, reference, settings) -> dict:
+def _quality(engine, req, lane, strategy, ar_out, reference, settings, peer: bool = False) -> dict:
     q: dict = {}
     if lane.error:
         return q
@@ -254,7 +287,9 @@ def _quality(engine, req, lane, strategy, ar_out, reference, settings) -> dict:
     remote = getattr(engine, "remote", False)
     if settings.perplexity and lane.token_ids and not remote:
         q["perplexity"] = quality.perplexity(engine, engine.encode(req), lane.token_ids)
-    q["lossless_strategy"] = lane.lossless
+    # a peer is another engine (other kernels, maybe other weights' precision): its agreement with ar is
+    # information (exact_match on text), never a lossless mismatch of paradec's
+    q["lossless_strategy"] = lane.lossless and not peer
     if remote:          # remote token ids are placeholders: compare text only
         q.pop("exact_match", None)
         q.pop("diverges_at", None)

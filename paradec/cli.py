@@ -204,12 +204,22 @@ def _bench(args) -> int:
         run_id = args.resume
     else:
         strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-        from .strategies import get
+        from .strategies import get, load_all
+        registry, peers = load_all(), {}
+        for spec in args.peer:
+            try:
+                name, strat, url = B.parse_peer(spec)
+            except B.PeerError as e:
+                raise RequestError(str(e)) from None
+            if name in registry or name in peers:
+                raise RequestError(f"--peer {spec!r}: the lane name {name!r} is taken; pick another")
+            peers[name] = f"{strat}@{url}"
+        strategies += [n for n in peers if n not in strategies]
         for s in strategies:
-            if not getattr(engine, "remote", False):
+            if not getattr(engine, "remote", False) and s not in peers:
                 get(s)   # unknown names fail before anything is stored
         if not getattr(engine, "remote", False):
-            B.check_params(strategies, params)   # so do unknown or impossible parameters
+            B.check_params([s for s in strategies if s not in peers], params)   # so do unknown or impossible parameters
         try:
             if args.suite:
                 es = load_suite(args.suite)
@@ -228,7 +238,7 @@ def _bench(args) -> int:
                         len(seen[it.category]) <= args.per_category]
         settings = B.BenchSettings(strategies=strategies, repeats=args.repeats, max_new_tokens=args.max_new_tokens,
                                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                                   ignore_eos=args.ignore_eos, params=params,
+                                   ignore_eos=args.ignore_eos, params=params, peers=peers,
                                    perplexity=not args.no_perplexity and not getattr(engine, "remote", False))
         set_id = store.save_eval_set(es, name=es.name)
         env = B.environment(engine, settings, _roofline_probe(args, engine))
@@ -369,6 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--limit", type=int, help="only the first N prompts")
     b.add_argument("--per-category", type=int, help="only the first N prompts of each category")
     b.add_argument("--params", help='JSON: {"strategy": {"param": value}}')
+    b.add_argument("--peer", action="append", default=[], metavar="NAME=STRATEGY@URL",
+                   help="a lane served by another engine, in the same run on the same prompts (repeatable), e.g. "
+                        "vllm=ar@http://127.0.0.1:8011, vllm-ngram=vllm-spec@http://127.0.0.1:8012; timed client-side")
     b.add_argument("--db", help="SQLAlchemy URL or SQLite file (default $PARADEC_DB or data/paradec.db)")
     b.add_argument("--name", help="run name")
     b.add_argument("--json", action="store_true")

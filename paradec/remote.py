@@ -376,7 +376,7 @@ class RemoteEngine:
             return
 
         skeleton = render_skeleton(points)
-        points, budgets, headers = point_plan(points, request, p)
+        points, budgets, headers = point_plan(points, request, p, tpl)
         q: queue.Queue = queue.Queue()
 
         def run_point(b: int) -> None:

@@ -97,3 +97,48 @@ def test_bad_eval_set_stores_nothing(model_dir, tmp_path):
 
 def test_speedup_formula():
     assert B.speedup([20, 40], [10, 10]) == 3.0 if hasattr(B, "speedup") else True
+
+
+def test_parse_peer_specs():
+    assert B.parse_peer("vllm=ar@http://127.0.0.1:8011") == ("vllm", "ar", "http://127.0.0.1:8011")
+    assert B.parse_peer("vllm-ngram=vllm-spec@http://h:1/v1") == ("vllm-ngram", "vllm-spec", "http://h:1/v1")
+    assert B.parse_peer("remote=http://127.0.0.1:9") == ("remote", "ar", "http://127.0.0.1:9")
+    for bad in ("vllm", "vllm=", "=ar@http://x", "vllm=ar@ftp://x", "v l=ar@http://x", "vllm=A R@http://x"):
+        with pytest.raises(B.PeerError):
+            B.parse_peer(bad)
+
+
+@pytest.mark.slow
+def test_a_peer_engine_runs_in_the_same_bench_run(model_dir, tmp_path):
+    """--peer: a lane served by a real paradec server (the same random weights) in the run of the in-process
+    strategies, same prompts: its rows are stored beside theirs, its text equals in-process ar's, and it is never
+    counted as a lossless mismatch; a bad spec or a taken name is a one-line error before anything is stored."""
+    from test_server import Server
+    srv = Server("--random-tiny", "5").wait()     # the model_dir fixture's weights (random seed 5)
+    try:
+        db = tmp_path / "p.db"
+        p = _cli("bench", "--model", str(model_dir), "--suite", "qa", "--limit", "3", "--strategies", "ar,pld",
+                 "--peer", f"remote={srv.url}", "--peer", f"remote-pld=pld@{srv.url}", "--max-new-tokens", "12",
+                 "--no-roofline", "--db", str(db), "--json")
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+        res = json.loads(out.strip().splitlines()[-1])
+        assert res["stored"] == 3 * 4
+        rows = {(r["item_key"], r["strategy"]): r for r in Store(db).get_results(res["run"])}
+        for key in {k for k, _ in rows}:
+            ar, remote = rows[(key, "ar")], rows[(key, "remote")]
+            assert remote["text"] == ar["text"] and remote["quality"]["exact_match"] is True
+            assert remote["quality"]["lossless_strategy"] is False and remote["n_tokens"] > 0
+            assert rows[(key, "remote-pld")]["text"] == ar["text"]
+        table = {r["strategy"]: r for r in res["table"] if r["category"] == "all"}
+        assert set(table) == {"ar", "pld", "remote", "remote-pld"}
+        assert table["remote"]["lossless_mismatches"] in (0, None) and table["pld"]["lossless_mismatches"] == 0
+        for bad, why in ((["--peer", "nope"], "expected NAME=STRATEGY@URL"), (["--peer", f"pld={srv.url}"], "taken")):
+            q = _cli("bench", "--model", str(model_dir), "--suite", "qa", "--limit", "1", "--db",
+                     str(tmp_path / "bad.db"), *bad)
+            _, err = q.communicate(timeout=120)
+            assert q.returncode != 0 and why in err, err[-2000:]
+            assert "Traceback" not in err
+    finally:
+        srv.stop()
+

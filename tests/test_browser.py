@@ -31,7 +31,7 @@ sync_api = pytest.importorskip("playwright.sync_api")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]
 VIEWPORT = {"width": 1400, "height": 1000}
-RACE = ["ar", "pld", "lookahead", "sot"]
+RACE = ["ar", "pld", "ptp", "sot"]
 LONG_FLOAT = re.compile(r"\d\.\d{5,}")
 
 
@@ -234,6 +234,16 @@ def test_arena_race_columns_chart_stop(app, page):
     assert page.locator("#pd-race-status").inner_text().startswith("Racing")
     traces = page.evaluate("() => document.querySelector('#pd-race-chart .js-plotly-plot').data.map(t => t.name)")
     assert traces == RACE
+    # Skeleton-of-Thought's column: after its skeleton, its points fill in together (one batch), not one by one
+    sot = f"#pd-col-{RACE.index('sot')} .pd-col"
+    page.wait_for_function(f"""() => {{ const c = document.querySelector('{sot}');
+        return c && c.getAttribute('data-status') === 'running' && c.querySelectorAll('.pd-point').length >= 2; }}""",
+                           timeout=240_000)
+    before = page.evaluate(f"() => [...document.querySelectorAll('{sot} .pd-point')].map(p => p.innerText.length)")
+    page.wait_for_function(f"""(before) => {{
+        const now = [...document.querySelectorAll('{sot} .pd-point')].map(p => p.innerText.length);
+        return now.filter((n, i) => i < before.length && n > before[i]).length >= 2; }}""",
+                           arg=before, timeout=60_000)
     try:    # a fuller picture for the README: let the columns fill a little (not a requirement of the test)
         page.wait_for_function("() => (document.querySelector('#pd-col-0 .pd-text')||{}).innerText?.length > 80",
                                timeout=10_000)

@@ -25,7 +25,7 @@ def run(engine, name, request):
 def expansion_prompts(engine, points, template="auto", question=QUESTION):
     tpl = template_for({"template": template}, engine)
     sk = render_skeleton(points)
-    return [engine.encode_messages(tpl.expansion_messages([], question, sk, b), point_prefix(b, p))
+    return [engine.encode_messages(tpl.expansion_messages([], question, sk, b), tpl.header(b, p))
             for b, p in enumerate(points, 1)]
 
 

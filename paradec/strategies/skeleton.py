@@ -63,6 +63,10 @@ class Template:
     skeleton_user: str          # the user turn of the skeleton stage
     expand_user: str            # the user turn asking for point b
     expand_after_skeleton: bool  # True: [question, assistant skeleton, expand_user]; False: one user turn
+    expand_prefix: str = "{b}. {point}"   # the pre-filled start of point b's answer (also its header)
+
+    def header(self, b: int, point: str) -> str:
+        return self.expand_prefix.format(b=b, point=point)
 
     def skeleton_messages(self, history: list[dict], question: str) -> list[dict]:
         return history + [{"role": "user", "content": self.skeleton_user.format(question=question)}]
@@ -82,17 +86,21 @@ TEMPLATES = {
     # -> "2. <point>. `sig`: one or two sentences". The question goes in unchanged.
     "paradec-tiny": Template("paradec-tiny", "{question}", "Expand point {b} of that outline.", True),
     # For general chat models: the SoT paper's two prompts, in our own words (an outline of 3-10 points of
-    # 3-5 words; then "write only point b, in one or two sentences").
+    # 3-5 words; then "write only point b, in one or two sentences"), with one worked example of a skeleton
+    # (a 0.5B model otherwise writes the full answer, or repeats one point ten times). Point b's answer is
+    # pre-filled with "b. <point>:" so the model goes on to explain the point instead of ending it.
     "generic": Template(
         "generic",
-        "You plan answers; you do not write them. Give only the skeleton of an answer to the question "
-        "below: a numbered list (1., 2., 3., ...) of 3 to 10 points, each point only 3 to 5 words, "
-        "no full sentences and nothing else.\n\nQuestion: {question}\n\nSkeleton:",
+        "You plan answers; you do not write them. Give only the skeleton of the answer: a numbered list of "
+        "3 to 8 different points, each only 3 to 5 words, no sentences, no details, nothing after the list.\n\n"
+        "Example question: Why do people keep a vegetable garden?\nExample skeleton:\n1. Fresh food\n"
+        "2. Lower grocery costs\n3. Outdoor exercise\n4. Knowing what you eat\n5. Less packaging waste\n\n"
+        "Question: {question}\nSkeleton:",
         "You are writing one point, and one point only, of an answer to the question below.\n\n"
         "Question: {question}\n\nThe skeleton of the answer:\n{skeleton}\n\n"
-        "Write point {b} and only point {b}, very briefly, in one or two sentences. "
-        "Do not continue with any other point.",
-        False),
+        "Write point {b} and only point {b}: one or two sentences that explain it. "
+        "Do not repeat the question and do not continue with any other point.",
+        False, expand_prefix="{b}. {point}:"),
 }
 
 
@@ -321,16 +329,17 @@ def fallback_reason(source: str, points: list[str]) -> str:
             "SoT needs at least 2, answering autoregressively")
 
 
-def point_plan(points: list[str], request: Request, p: dict) -> tuple[list[str], list[int], list[str]]:
-    """(points kept, their token budgets, their headers "b. <point>") for the expansion stage."""
+def point_plan(points: list[str], request: Request, p: dict, tpl: Template) -> tuple[list[str], list[int], list[str]]:
+    """(points kept, their token budgets, their headers - the template's "b. <point>" form) for the expansion."""
     budgets = point_budgets(len(points), request.max_new_tokens, p["point_max_tokens"])
     points = points[:len(budgets)]
-    return points, budgets, [point_prefix(b, pt) for b, pt in enumerate(points, 1)]
+    return points, budgets, [tpl.header(b, pt) for b, pt in enumerate(points, 1)]
 
 
 def point_stop(request: Request, b: int) -> list[str]:
-    """Point b's stop strings: the request's, and the start of the next point."""
-    return list(request.stop) + [f"\n{b + 1}."]
+    """Point b's stop strings: the request's, the start of the next point, and a blank line (a point is one
+    paragraph)."""
+    return list(request.stop) + [f"\n{b + 1}.", "\n\n"]
 
 
 def answer_info(points: list[str], texts: list[str], tokens: list[int], reasons: list) -> dict:
@@ -396,15 +405,14 @@ class SkeletonOfThought(Strategy):
 
         # ---- stage 2: all points in one batch
         skeleton = render_skeleton(points)
-        prompts = [engine.encode_messages(tpl.expansion_messages(history, question, skeleton, b),
-                                          point_prefix(b, pt))
+        prompts = [engine.encode_messages(tpl.expansion_messages(history, question, skeleton, b), tpl.header(b, pt))
                    for b, pt in enumerate(points, 1)]
         room = engine.context_length - max(len(x) for x in prompts)
         if room < 1:
             yield from _fallback(engine, request, f"the expansion prompts ({max(len(x) for x in prompts)} tokens) "
                                                   f"do not fit the model's context of {engine.context_length}")
             return
-        points, budgets, headers = point_plan(points, request, p)
+        points, budgets, headers = point_plan(points, request, p, tpl)
         prompts = prompts[:len(points)]
         budgets = [min(b, room) for b in budgets]
         outs = [Output(engine, dataclasses.replace(request, stop=point_stop(request, b)), budget=bud)
