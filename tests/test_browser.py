@@ -31,7 +31,7 @@ sync_api = pytest.importorskip("playwright.sync_api")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]
 VIEWPORT = {"width": 1400, "height": 1000}
-RACE = ["ar", "pld", "ptp", "sot"]
+RACE = ["ar", "pld", "sot", "ptp"]     # the order the Arena lays them out
 LONG_FLOAT = re.compile(r"\d\.\d{5,}")
 
 
@@ -202,7 +202,9 @@ def test_arena_race_columns_chart_stop(app, page):
     unavailable = page.locator(".pd-unavailable").all_inner_texts()
     assert any("lud" in u and "unavailable:" in u for u in unavailable), unavailable   # no LUD parameters yet
     assert not any(u.startswith("ptp") for u in unavailable), unavailable               # its adapter ships
+    page.get_by_role("checkbox", name=re.compile(r"^ptp —")).first.check()          # its adapter ships
     page.get_by_role("checkbox", name=re.compile(r"^sot —")).first.check()
+    page.get_by_role("checkbox", name=re.compile(r"^lookahead —")).first.uncheck()  # a default of the Arena
     page.locator("#pd-prompt textarea").fill("Give three short tips for naming Python variables.")
     n = page.locator("#pd-max-new input[type=number]")
     n.fill("160")

@@ -272,7 +272,8 @@ def speedup_bar(df: pd.DataFrame) -> go.Figure:
     fig.update_layout(title=title, barmode="group", yaxis_title="speed-up (×)", legend_title="strategy",
                       height=420, yaxis_range=[0, top * 1.22], margin={"t": 70},
                       uniformtext={"minsize": 9, "mode": "hide"} if len(g) > 40 else None)
-    fig.update_xaxes(tickangle=0, automargin=True)
+    # horizontal labels while they fit side by side; a slant (never vertical) when there are many categories
+    fig.update_xaxes(tickangle=0 if g["category"].nunique() <= 5 else -30, automargin=True)
     return fig
 
 
@@ -422,8 +423,8 @@ def tokens_per_pass_hist(df: pd.DataFrame) -> go.Figure:
                               hovertemplate=f"{s}<br>τ %{{x}}<br>%{{y}} result(s)<extra></extra>")
     pad = bins["size"] * 1.5
     fig.update_layout(title=title, barmode="overlay", xaxis_title="tokens per forward pass",
-                      yaxis_title="results", height=420, bargap=0.05, legend=_legend_below(),
-                      xaxis_range=[bins["start"] - pad, bins["end"] + pad], margin={"b": 110})
+                      yaxis_title="results", height=420, bargap=0.05,
+                      xaxis_range=[bins["start"] - pad, bins["end"] + pad])
     fig.update_yaxes(rangemode="tozero")
     return fig
 
