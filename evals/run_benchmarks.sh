@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate the benchmark sections that BENCHMARKS.md holds, on the code as it stands.
-#   bash evals/run_benchmarks.sh [section ...]     sections: default sot-default peers spec sot race (default: default)
+#   bash evals/run_benchmarks.sh [section ...]     sections: default sot-default vllm peers spec sot race (default: default)
 #   default: every lossless strategy that runs on the default model (Qwen2.5-Coder-0.5B-Instruct; ptp with its
 #            shipped adapter), one run per suite,
 #            N_DEFAULT prompts each (docs/bench/default-SUITE.md)
@@ -8,6 +8,10 @@
 #            (N_SOT prompts, answers up to 512 tokens: the paper's end-to-end measure), the quality report
 #            (evals/sot_quality.py: ROUGE-L, point coverage, the model as judge with its reliability), and sot-r
 #            beside ar on N_MIX prompts of every suite (its routing and its cost where it routes to ar)
+#   vllm:    paradec in-process beside a real vLLM (issues 21, 24): start `./run.sh vllm --port 8011` and
+#            `./run.sh vllm --port 8012 --speculative ngram` first (VLLM_PLAIN / VLLM_NGRAM override the URLs); one
+#            run on N_PEERS prompts of every suite with vllm and vllm-ngram as --peer lanes, then remote sot
+#            against remote ar through vLLM on the list-style suite (N_VLLM_SOT prompts, 512 tokens)
 #   the others are the paradec-tiny sections
 # Each section is one `python -m paradec bench` run (all strategies in the same run, so ratios are fair),
 # stored in $DB and written as Markdown to docs/bench/<section>.md.
@@ -22,6 +26,10 @@ export HF_HUB_OFFLINE=1
 N_DEFAULT=${N_DEFAULT:-6}
 N_SOT=${N_SOT:-8}
 N_MIX=${N_MIX:-2}
+N_PEERS=${N_PEERS:-1}
+N_VLLM_SOT=${N_VLLM_SOT:-4}
+VLLM_PLAIN=${VLLM_PLAIN:-http://127.0.0.1:8011}
+VLLM_NGRAM=${VLLM_NGRAM:-http://127.0.0.1:8012}
 SUITES=${SUITES:-conversation translation summarization qa math rag code code-edit lists}
 sections=${*:-default}
 for s in $sections; do
@@ -44,6 +52,13 @@ for s in $sections; do
         --no-perplexity --db "$DB" --name "sot-r on every suite" --markdown "$OUT/default-sotr.md"
       run=$($PY -c "from paradec.store import Store; print(max(r['id'] for r in Store('$DB').list_runs() if r['name'] == 'sot-r on every suite'))")
       $PY evals/sot_quality.py --db "$DB" --run "$run" --routes "$OUT/default-sotr-routes.json" ;;
+    vllm)    # issues 21 and 24: the peers table, and SoT's point expansions batched by vLLM
+      $PY evals/mix_suites.py --per-suite "$N_PEERS" --out data/work/peers-mix.jsonl
+      $PY -m paradec bench --eval-set data/work/peers-mix.jsonl --strategies ar,pld,lookahead,sps,ptp \
+        --peer "vllm=ar@$VLLM_PLAIN" --peer "vllm-ngram=vllm-spec@$VLLM_NGRAM" --max-new-tokens 64 \
+        --no-perplexity --db "$DB" --name "paradec and vLLM (every suite)" --markdown "$OUT/vllm-peers.md"
+      $PY -m paradec bench --engine "$VLLM_PLAIN" --suite lists --strategies ar,sot --limit "$N_VLLM_SOT" \
+        --max-new-tokens 512 --db "$DB" --name "remote SoT through vLLM (lists)" --markdown "$OUT/vllm-sot.md" ;;
     peers)   # issue 2: ar against transformers' own generate, same prompts, same run
       $PY -m paradec bench --model paradec-tiny --suite qa --strategies ar,hf-generate --limit "$N" --repeats 3 \
         --max-new-tokens 96 --ignore-eos --no-perplexity --db "$DB" --name "ar vs generate (qa)" \
