@@ -28,6 +28,7 @@ sot-r records in each result's meta), as JSON.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -80,11 +81,12 @@ def reliability(judge: Judge, items: list[dict]) -> dict:
     right, ordered, agree, pairs = 0, 0, 0, 0
     for i, it in enumerate(items):
         q, full = it["question"], it["ar"]
-        other = items[(i + 1) % len(items)]["ar"]
-        controls = [full]
+        worse_ones = []
         if len([ln for ln in full.splitlines() if ln.strip()]) >= 4:
-            controls.append(first_quarter(full))
-        for worse in ([first_quarter(full)] if len(controls) > 1 else []) + ([other] if len(items) > 1 else []):
+            worse_ones.append(first_quarter(full))
+        if len(items) > 1:
+            worse_ones.append(items[(i + 1) % len(items)]["ar"])
+        for worse in worse_ones:
             p1, p2 = judge.both_orders(q, full, worse)
             right += (p1 > 0.5) + (p2 > 0.5)
             ordered += 2
@@ -113,14 +115,13 @@ def load_items(db: str, run_id: int, strategies: list[str]) -> tuple[list[dict],
             if s in d:
                 it[s] = d[s]["text"]
                 it[s + "_tokens"] = d[s]["n_tokens"]
-                it[s + "_route"] = ((d[s].get("meta") or {}).get("route"))
         items.append(it)
     return items, run
 
 
 def routes(db: str, run_id: int, strategy: str = "sot-r") -> dict:
-    """{category: {"sot": n, "ar": n}} from the route each `strategy` result recorded (turn 0 only: a
-    conversation's later turns are routed on their own text, but the question of the item is its first turn)."""
+    """{category: {"sot": n, "ar": n}} from the route each `strategy` result recorded: every generation counts,
+    so a conversation's turns, each routed on its own text, count one each."""
     from paradec.store import Store
     out: dict = {}
     for r in Store(db).get_results(run_id):
@@ -143,7 +144,6 @@ def main(argv=None) -> int:
     ap.add_argument("--routes", default=None, help="write sot-r's routes per category of the run to this JSON file")
     args = ap.parse_args(argv)
     if args.routes:
-        import json
         rt = routes(args.db, args.run)
         Path(args.routes).parent.mkdir(parents=True, exist_ok=True)
         Path(args.routes).write_text(json.dumps(rt, indent=1) + "\n", encoding="utf-8")

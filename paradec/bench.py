@@ -58,7 +58,9 @@ def parse_peer(spec: str) -> tuple[str, str, str]:
     served by another engine - an OpenAI-compatible server (vLLM plain: ar; vLLM with its n-gram speculation:
     vllm-spec; paradec serve: any strategy) - timed client-side like every remote run, on the same prompts."""
     name, eq, rest = str(spec).partition("=")
-    strategy, at, url = rest.rpartition("@") if "@" in rest else ("ar", "@", rest)
+    rest = rest.strip()
+    # a bare URL may hold an '@' of its own (user@host): only a STRATEGY@ in front of the URL names a strategy
+    strategy, _, url = ("ar", "", rest) if rest.startswith(("http://", "https://")) else rest.partition("@")
     name, strategy, url = name.strip(), strategy.strip(), url.strip()
     if not eq or not re.fullmatch(r"[A-Za-z][\w.-]{0,39}", name or "") or not url.startswith(("http://", "https://")):
         raise PeerError(f"--peer {spec!r}: expected NAME=STRATEGY@URL, e.g. vllm=ar@http://127.0.0.1:8011 or "
@@ -280,6 +282,9 @@ def _quality(engine, req, lane, strategy, ar_out, reference, settings, peer: boo
         q["exact_match"] = lane.token_ids == ar_ids
         q["diverges_at"] = first_divergence(lane.token_ids, ar_ids)
         q["rouge_l_vs_ar"] = quality.rouge_l(lane.text, ar_text)
+        cov = quality.point_coverage(lane.text, ar_text)
+        if cov is not None:
+            q["point_coverage_vs_ar"] = cov
         q["bleu_vs_ar"] = quality.bleu(lane.text, ar_text)
     if reference:
         q["rouge_l_vs_ref"] = quality.rouge_l(lane.text, reference)

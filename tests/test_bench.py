@@ -103,6 +103,8 @@ def test_parse_peer_specs():
     assert B.parse_peer("vllm=ar@http://127.0.0.1:8011") == ("vllm", "ar", "http://127.0.0.1:8011")
     assert B.parse_peer("vllm-ngram=vllm-spec@http://h:1/v1") == ("vllm-ngram", "vllm-spec", "http://h:1/v1")
     assert B.parse_peer("remote=http://127.0.0.1:9") == ("remote", "ar", "http://127.0.0.1:9")
+    assert B.parse_peer("p=http://u@h:1") == ("p", "ar", "http://u@h:1")             # an '@' inside the URL
+    assert B.parse_peer("p=pld@http://u@h:1") == ("p", "pld", "http://u@h:1")
     for bad in ("vllm", "vllm=", "=ar@http://x", "vllm=ar@ftp://x", "v l=ar@http://x", "vllm=A R@http://x"):
         with pytest.raises(B.PeerError):
             B.parse_peer(bad)
@@ -142,3 +144,16 @@ def test_a_peer_engine_runs_in_the_same_bench_run(model_dir, tmp_path):
     finally:
         srv.stop()
 
+
+
+def test_bench_quality_holds_point_coverage_of_ars_list():
+    """SoT's comparison with ar beside ROUGE-L: the share of ar's points the answer covers, stored by bench."""
+    from types import SimpleNamespace
+    ar = "Benefits:\n1. **Better sleep**: deeper rest.\n2. **Lower stress**: calmer days.\n3. **Weight control**: fewer kilos."
+    lane = SimpleNamespace(error=None, token_ids=[1, 2], text="1. Better sleep: you rest.\n2. Lower stress.",
+                           lossless=False)
+    settings = B.BenchSettings(strategies=["ar", "sot"], perplexity=False)
+    q = B._quality(object(), None, lane, "sot", ([1, 2, 3], ar), None, settings)
+    assert q["point_coverage_vs_ar"] == pytest.approx(2 / 3)
+    prose = B._quality(object(), None, lane, "sot", ([1, 2, 3], "A prose answer."), None, settings)
+    assert "point_coverage_vs_ar" not in prose

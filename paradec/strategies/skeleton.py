@@ -307,7 +307,7 @@ def skeleton_steps(steps, max_points: int, end_stage: bool = False):
                 st.text = skeleton_prefix() + st.text
                 first = False
             text += st.text
-            if not st.finished and skeleton_complete(text, max_points):
+            if not st.finished and "\n" in st.text and skeleton_complete(text, max_points):   # a line ended
                 st.finished, st.finish_reason = True, "stop"
             if st.finished:
                 points = parse_skeleton(text, max_points)
