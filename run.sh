@@ -7,6 +7,9 @@
 #   ./run.sh vllm [--speculative ngram] [--port P] [--dtype bfloat16|float32]
 #                                  serve the default model with a real vLLM (CPU build, own venv .venv-vllm) on
 #                                  127.0.0.1; prints the --engine URL for the app and the CLI once it is ready
+#   ./run.sh llama [--prompt-lookup N] [--port P] [--build-only]
+#                                  serve the default model's GGUF with llama.cpp (llama-cpp-python built from
+#                                  source into its own venv .venv-llama, ~10 min once) on 127.0.0.1
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -82,6 +85,52 @@ vllm() {
   wait $pid
 }
 
+llama_env() {
+  local stamp=".venv-llama/.installed-$(sha1sum requirements-llama.txt | cut -c1-12)"
+  [ -x .venv-llama/bin/python ] || "$PY" -m venv .venv-llama
+  if [ ! -f "$stamp" ]; then
+    # a portable build for this CPU: the native build crashes in llama_decode on AMX machines, so AMX stays off
+    # and AVX-512 is used only where the CPU has it
+    local avx512=OFF; grep -q avx512f /proc/cpuinfo && avx512=ON
+    .venv-llama/bin/python -m pip install -q --upgrade pip
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=$avx512 \
+-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" \
+      .venv-llama/bin/python -m pip install -q -r requirements-llama.txt
+    touch "$stamp"
+  fi
+}
+
+llama() {
+  local port=8021 lookup="" build_only=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --port) port=$2; shift 2 ;;
+      --prompt-lookup) lookup=$2; shift 2 ;;
+      --build-only) build_only=1; shift ;;
+      *) echo "unknown option $1 (use --port P, --prompt-lookup N, --build-only)" >&2; exit 2 ;;
+    esac
+  done
+  setup requirements.txt
+  llama_env
+  [ -z "$build_only" ] || { echo "llama.cpp is built in .venv-llama" >&2; return 0; }
+  local gguf; gguf=$(.venv/bin/python -m paradec model gguf)
+  local args=(--model "$gguf" --model_alias "$(basename "$(.venv/bin/python -m paradec model path)")"
+              --n_ctx 4096 --n_threads "$(nproc)" --host 127.0.0.1 --port "$port")
+  [ -z "$lookup" ] || args+=(--draft_model prompt-lookup-decoding --draft_model_num_pred_tokens "$lookup")
+  mkdir -p logs
+  local log=logs/llama-$port.log
+  .venv-llama/bin/python -m llama_cpp.server "${args[@]}" >"$log" 2>&1 &
+  local pid=$!
+  trap 'kill $pid 2>/dev/null' INT TERM EXIT
+  echo "starting llama.cpp on 127.0.0.1:$port (log: $log)" >&2
+  until .venv/bin/python -c "import httpx,sys; sys.exit(httpx.get('http://127.0.0.1:$port/v1/models', timeout=2).status_code != 200)" 2>/dev/null; do
+    if ! kill -0 $pid 2>/dev/null; then echo "llama.cpp exited; the end of $log:" >&2; tail -20 "$log" >&2; exit 1; fi
+    sleep 2
+  done
+  echo "http://127.0.0.1:$port"
+  wait $pid
+}
+
 cmd=${1:-help}; shift || true
 case "$cmd" in
   app)  setup requirements.txt; exec .venv/bin/python app.py "$@" ;;
@@ -90,5 +139,6 @@ case "$cmd" in
         exec .venv/bin/python -m pytest "$@" ;;
   cli)  setup requirements.txt; exec .venv/bin/python -m paradec "$@" ;;
   vllm) vllm "$@" ;;
-  *)    sed -n '2,9p' "$0"; exit 1 ;;
+  llama) llama "$@" ;;
+  *)    sed -n '2,12p' "$0"; exit 1 ;;
 esac

@@ -236,6 +236,29 @@ def ensure_default(log=None) -> Path:
     return setup(target, log=log)
 
 
+def gguf_path() -> Path:
+    """Where `ensure_gguf` keeps the assembled GGUF (git-ignored, like the converted folder)."""
+    return ROOT / "data" / "work" / "gguf" / f"{DEFAULT_NAME}.gguf"
+
+
+def ensure_gguf(log=None) -> Path:
+    """The default model's original GGUF file, assembled from the parts and checked, for engines that read GGUF
+    themselves (llama.cpp). Written under a temporary name and renamed, so an interrupted run leaves no file."""
+    log = log or (lambda m: print(m, file=sys.stderr))
+    out = gguf_path()
+    if out.is_file() and out.stat().st_size == GGUF_SIZE:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".part")
+    log(f"paradec: assembling the default model's GGUF ({GGUF_SIZE / 1e6:.0f} MB) into {out}")
+    try:
+        assemble(find_parts(), tmp)
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
 def main(argv=None) -> int:
     import argparse
     p = argparse.ArgumentParser(prog="python -m paradec model",
@@ -245,6 +268,8 @@ def main(argv=None) -> int:
     s.add_argument("--force", action="store_true", help="convert again even when the folder is complete")
     s.add_argument("--out", help=f"target folder (default {default_dir()})")
     sub.add_parser("path", help="print the default model's folder (provisioning it first)")
+    sub.add_parser("gguf", help="print the path of the default model's original GGUF (assembled and checked "
+                                "once), for llama.cpp")
     m = sub.add_parser("measure", help="perplexity on held-out text and tokens/s, against paradec-tiny; "
                                        f"writes {FIGURES.relative_to(ROOT)} and the card")
     m.add_argument("--dtype", default="auto")
@@ -255,6 +280,8 @@ def main(argv=None) -> int:
             print(setup(Path(args.out) if args.out else None, force=args.force))
         elif args.cmd == "path":
             print(ensure_default())
+        elif args.cmd == "gguf":
+            print(ensure_gguf())
         elif args.cmd == "measure":
             from .model_measure import measure
             figures = measure(dtype=args.dtype, storage=not args.no_storage_check)
