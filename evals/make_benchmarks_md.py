@@ -224,9 +224,7 @@ def cpu_peers_part() -> str:
     """paradec against the engines a CPU user would pick instead (issue 24): llama.cpp, vLLM, transformers."""
     name = "cpu-peers.md"
     if not (B / name).exists():
-        return ("Not run on the code as it stands: start `./run.sh llama --port 8021`, `./run.sh llama --port 8022 "
-                "--prompt-lookup 10`, `./run.sh vllm --port 8011` and `./run.sh vllm --port 8012 --speculative ngram`, "
-                "then `bash evals/run_benchmarks.sh cpu-peers`.\n")
+        return "Not run on the code as it stands: `bash evals/run_benchmarks.sh cpu-peers` (about an hour here).\n"
     cats = ("all", "code", "code-edit")
     r = {c: rows(name, c) for c in cats}
     rel = {c: {x: num(v["speed-up vs ar"]) for x, v in r[c].items()} for c in cats}
@@ -269,9 +267,9 @@ def cpu_peers_part() -> str:
            f"costs 1.4–3.0 one-token passes (the pass-cost table above): " + "; ".join(need) + ". In bf16 on an AMX "
            "CPU (the issue's machine) the bytes per token halve and a 16-token pass costs 1.08× one token, so `pld`'s "
            "τ on editing would be nearly its speed-up over a twice-as-fast `ar`; that regime is not on this machine.")
-    return f"""`bash evals/run_benchmarks.sh cpu-peers` with four servers up (`./run.sh llama --port 8021`, `./run.sh llama
---port 8022 --prompt-lookup 10`, `./run.sh vllm --port 8011`, `./run.sh vllm --port 8012 --speculative ngram`): one
-bench run on the first {N_CPU_PEERS} prompts of every suite (conversation items count each turn), greedy, 64 new tokens, the
+    return f"""`bash evals/run_benchmarks.sh cpu-peers` (it starts, unless already up, `./run.sh llama --port 8021`, `./run.sh
+llama --port 8022 --prompt-lookup 10`, `./run.sh vllm --port 8011` and `./run.sh vllm --port 8012 --speculative ngram`,
+and stops them at the end; for this run they were started by hand with the same commands): one bench run on the first {N_CPU_PEERS} prompts of every suite (conversation items count each turn), greedy, 64 new tokens, the
 chat template of the model (llama.cpp uses the GGUF's own copy of it), paradec and vLLM in float32 on the converted
 folder, llama.cpp on the Q5_0 GGUF the default is converted from (2 threads; llama-cpp-python 0.3.36 built by
 `run.sh llama` with AVX2/FMA/F16C, no AVX-512 on this CPU). Peers are timed client-side over HTTP on 127.0.0.1. `lud`

@@ -15,7 +15,9 @@
 #   cpu-peers: issue 24, the CPU peers a user would pick instead: llama.cpp plain and with its prompt-lookup draft
 #            (`./run.sh llama --port 8021`, `./run.sh llama --port 8022 --prompt-lookup 10`), vLLM plain and ngram
 #            (as for vllm), transformers generate, and paradec's lossless strategies in process; one run on
-#            N_CPU_PEERS prompts of every suite (LLAMA_PLAIN / LLAMA_PLD override the URLs)
+#            N_CPU_PEERS prompts of every suite (LLAMA_PLAIN / LLAMA_PLD override the URLs). The section starts
+#            whichever of the four servers is not already up (building llama.cpp and vLLM on first use) and stops
+#            what it started when it ends
 #   the others are the paradec-tiny sections
 # Each section is one `python -m paradec bench` run (all strategies in the same run, so ratios are fair),
 # stored in $DB and written as Markdown to docs/bench/<section>.md.
@@ -38,6 +40,25 @@ SUITES=${SUITES:-conversation translation summarization qa math rag code code-ed
 N_CPU_PEERS=${N_CPU_PEERS:-2}
 LLAMA_PLAIN=${LLAMA_PLAIN:-http://127.0.0.1:8021}
 LLAMA_PLD=${LLAMA_PLD:-http://127.0.0.1:8022}
+STARTED=()
+trap 'for p in "${STARTED[@]}"; do kill -- -"$p" 2>/dev/null || true; done' EXIT
+# serve URL CMD...: start a peer server with CMD (its own process group) unless URL already answers; wait for it
+serve() {
+  local url=$1; shift
+  if $PY -c "import httpx,sys; sys.exit(httpx.get('$url/v1/models', timeout=2).status_code != 200)" 2>/dev/null; then
+    return 0
+  fi
+  echo "starting $* for $url" >&2
+  setsid "$@" >/dev/null 2>&1 &
+  STARTED+=($!)
+  local pid=$! t=0
+  until $PY -c "import httpx,sys; sys.exit(httpx.get('$url/v1/models', timeout=2).status_code != 200)" 2>/dev/null; do
+    kill -0 "$pid" 2>/dev/null || { echo "the server for $url exited (see logs/)" >&2; exit 1; }
+    t=$((t + 5)); [ $t -lt 1800 ] || { echo "the server for $url did not start in 30 min" >&2; exit 1; }
+    sleep 5
+  done
+}
+port() { local p=${1##*:}; echo "${p%%/*}"; }
 sections=${*:-default}
 for s in $sections; do
   case $s in
@@ -66,7 +87,12 @@ for s in $sections; do
         --no-perplexity --db "$DB" --name "paradec and vLLM (every suite)" --markdown "$OUT/vllm-peers.md"
       $PY -m paradec bench --engine "$VLLM_PLAIN" --suite lists --strategies ar,sot --limit "$N_VLLM_SOT" \
         --max-new-tokens 512 --db "$DB" --name "remote SoT through vLLM (lists)" --markdown "$OUT/vllm-sot.md" ;;
-    cpu-peers) # issue 24 (lud is left out: it has no parameters for the default model yet, issue 18)
+    cpu-peers) # issue 24 (lud is left out: it has no parameters for the default model yet, issue 18); the four
+               # servers are started here (one at a time: their first starts build and compile) unless already up
+      serve "$LLAMA_PLAIN" ./run.sh llama --port "$(port "$LLAMA_PLAIN")"
+      serve "$LLAMA_PLD" ./run.sh llama --port "$(port "$LLAMA_PLD")" --prompt-lookup 10
+      serve "$VLLM_PLAIN" ./run.sh vllm --port "$(port "$VLLM_PLAIN")"
+      serve "$VLLM_NGRAM" ./run.sh vllm --port "$(port "$VLLM_NGRAM")" --speculative ngram
       $PY evals/mix_suites.py --per-suite "$N_CPU_PEERS" --out data/work/cpu-peers-mix.jsonl
       $PY -m paradec bench --eval-set data/work/cpu-peers-mix.jsonl --strategies ar,hf-generate,pld,lookahead,sps,ptp \
         --peer "llama=ar@$LLAMA_PLAIN" --peer "llama-pld=ar@$LLAMA_PLD" --peer "vllm=ar@$VLLM_PLAIN" \
