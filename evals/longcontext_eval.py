@@ -38,6 +38,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -47,12 +48,12 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from paradec.bench import effective_params  # noqa: E402
+from paradec.bench import effective_params, result_row  # noqa: E402
 from paradec import focus as F  # noqa: E402
 from paradec.engine import Engine  # noqa: E402
-from paradec.race import run_alone  # noqa: E402
+from paradec.race import Lane, run_alone  # noqa: E402
 from paradec.decoding import one_token_steps  # noqa: E402
-from paradec.strategies import Output, Request, get  # noqa: E402
+from paradec.strategies import Output, Request, Step, get  # noqa: E402
 from paradec.strategies.base import u_stream  # noqa: E402
 from paradec.strategies.parallel_context import encode_chunks, plan_chunks  # noqa: E402
 
@@ -65,18 +66,24 @@ LOGPROB_STRATEGIES = (BASELINE, "pcw", "focus")   # those whose key log-probabil
 
 
 # ------------------------------------------------------------------------------------- the baseline
-def ar_truncated(engine, req: Request) -> tuple[str, int, int]:
-    """Greedy/sampled autoregressive decoding of the prompt cut from the LEFT to context - max_new_tokens
-    tokens. Returns (text, prompt tokens, tokens kept)."""
+def truncated_steps(engine, req: Request, facts: dict) -> Iterator[Step]:
+    """The baseline's Steps: greedy/sampled autoregressive decoding of the prompt cut from the LEFT to
+    context - max_new_tokens tokens (the cut and the prefill inside the first Step, so they are timed). `facts`
+    gets prompt_tokens and kept."""
     ids = engine.encode(req)
-    keep = engine.context_length - req.max_new_tokens
-    kept = ids[-keep:]
+    kept = ids[-(engine.context_length - req.max_new_tokens):]
+    facts.update(prompt_tokens=len(ids), kept=len(kept))
     out = Output(engine, req)
     cache = engine.new_cache()
     logits = engine.forward(kept, cache, logits_to_keep=1)[0, -1]
-    for _ in one_token_steps(engine, out, logits, cache, sampling=req.sampling, us=u_stream(req)):
-        pass
-    return out.text, len(ids), len(kept)
+    yield from one_token_steps(engine, out, logits, cache, sampling=req.sampling, us=u_stream(req))
+
+
+def ar_truncated(engine, req: Request) -> tuple[str, int, int]:
+    """The baseline's answer: (text, prompt tokens, tokens kept)."""
+    facts: dict = {}
+    text = "".join(step.text for step in truncated_steps(engine, req, facts))
+    return text, facts["prompt_tokens"], facts["kept"]
 
 
 def usable_strategies(engine, names: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -98,23 +105,15 @@ def usable_strategies(engine, names: list[str]) -> tuple[list[str], dict[str, st
     return run, skipped
 
 
-def run_strategy(engine, name: str, req: Request) -> dict:
-    """One strategy on one prompt: {text, error, e2e_s, ttft_s, n_tokens, tokens_per_s, info}."""
+def run_strategy(engine, name: str, req: Request) -> Lane:
+    """One strategy on one prompt, timed step by step like every lane (`paradec.race.run_alone`); the
+    baseline's lane holds `kept` (prompt tokens it kept) in its info."""
     if name == BASELINE:
-        t = time.perf_counter()
-        try:
-            text, _, kept = ar_truncated(engine, req)
-            err = None
-        except Exception as e:  # noqa: BLE001 - a failure is a result
-            text, kept, err = "", None, f"{type(e).__name__}: {e}"
-        e2e = time.perf_counter() - t
-        n = len(engine.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
-        return {"text": text, "error": err, "e2e_s": e2e, "ttft_s": None, "n_tokens": n,
-                "tokens_per_s": n / e2e if e2e > 0 and n else None, "info": {"kept": kept}}
-    lane = run_alone(engine, name, req)
-    f = lane.figures()
-    return {"text": lane.text, "error": lane.error, "e2e_s": f.elapsed_s, "ttft_s": f.ttft_s, "n_tokens": f.tokens,
-            "tokens_per_s": f.tokens_per_s, "info": dict(lane.info)}
+        facts: dict = {}
+        lane = run_alone(engine, name, req, stream=(False, truncated_steps(engine, req, facts)))
+        lane.info.update(kept=facts.get("kept"))
+        return lane
+    return run_alone(engine, name, req)
 
 
 @torch.inference_mode()
@@ -198,21 +197,20 @@ def start_run(store, engine, strategies: list[str], skipped: dict, args) -> int:
 
 
 def store_row(store, run_id: int, row: dict, strategy: str, engine) -> None:
-    res = row["runs"][strategy]
+    lane = row["runs"][strategy]
     lp = row["lp"].get(strategy)
-    quality = {"correct": row["ok"][strategy]}
+    scores = {"correct": row["ok"][strategy]}
     if lp:
-        quality.update(key_logprob=lp[0], other_key_logprob=lp[1], key_preferred=lp[0] > lp[1])
+        scores.update(key_logprob=lp[0], other_key_logprob=lp[1], key_preferred=lp[0] > lp[1])
     meta = {"approx_tokens": row["approx"], "depth_percent": row["depth"], "input_tokens": row["tokens"],
             "context_length": engine.context_length, "key_in_ar_window": row["key_in_ar_window"],
             "control": row["control"]}
-    if res["info"].get("chunks") is not None:
-        meta["chunks"] = res["info"]["chunks"]
-    store.add_result(run_id, item_key=row["id"], category="passkey-control" if row["control"] else "passkey",
-                     strategy=strategy, prompt=row["prompt"], text=res["text"], n_tokens=res["n_tokens"] or 0,
-                     e2e_s=res["e2e_s"], ttft_s=res["ttft_s"], tokens_per_s=res["tokens_per_s"], quality=quality,
-                     meta=meta, error=res["error"],
-                     params=None if strategy == BASELINE else effective_params(strategy, {}))
+    if lane.info.get("chunks") is not None:
+        meta["chunks"] = lane.info["chunks"]
+    store.add_result(run_id, **result_row(
+        lane, row["request"], item_key=row["id"], category="passkey-control" if row["control"] else "passkey",
+        reference=row["key"], engine=engine, scores=scores, meta=meta,
+        params=None if strategy == BASELINE else effective_params(strategy, {})))
 
 
 def accuracy(engine, max_new: int, limit: int | None, strategies: list[str], store=None,
@@ -228,12 +226,12 @@ def accuracy(engine, max_new: int, limit: int | None, strategies: list[str], sto
         runs = {s: run_strategy(engine, s, req) for s in strategies}
         other = str(random.Random(it["id"]).randint(10000, 99999))
         lp = key_logprobs(engine, req, [it["reference"], other], with_lp) if with_lp else {}
-        chunks = next((r["info"]["chunks"] for r in runs.values() if r["info"].get("chunks") is not None), None)
-        row = {"id": it["id"], "prompt": it["prompt"], "tokens": len(ids), "approx": it["approx_tokens"],
+        chunks = next((r.info["chunks"] for r in runs.values() if r.info.get("chunks") is not None), None)
+        row = {"id": it["id"], "prompt": it["prompt"], "request": req, "tokens": len(ids), "approx": it["approx_tokens"],
                "depth": it["depth_percent"], "key": it["reference"], "control": bool(it.get("control")),
                "key_in_ar_window": key_in_tail(engine, ids, kept, it["reference"]), "chunks": chunks,
-               "ok": {s: not r["error"] and it["reference"] in r["text"] for s, r in runs.items()},
-               "text": {s: r["text"] for s, r in runs.items()}, "error": {s: r["error"] for s, r in runs.items()},
+               "ok": {s: not r.error and it["reference"] in r.text for s, r in runs.items()},
+               "text": {s: r.text for s, r in runs.items()}, "error": {s: r.error for s, r in runs.items()},
                "lp": lp, "runs": runs}
         rows.append(row)
         if store is not None and run_id is not None:
@@ -339,22 +337,20 @@ def sections(engine, strategies: list[str], store=None, run_id: int | None = Non
         req = Request(prompt=it["prompt"], chat=it.get("chat", True), max_new_tokens=SECTION_MAX_NEW[it["task"]])
         ids = engine.encode(req)
         runs = {s: run_strategy(engine, s, req) for s in strategies}
-        score = {s: section_score(it, r["text"]) if not r["error"] else {"correct": False} for s, r in runs.items()}
+        score = {s: section_score(it, r.text) if not r.error else {"correct": False} for s, r in runs.items()}
         row = {"id": it["id"], "task": it["task"], "approx": it["approx_tokens"], "tokens": len(ids),
                "n_sections": it["n_sections"], "runs": runs, "score": score}
         rows.append(row)
         if store is not None and run_id is not None:
             for st in strategies:
-                res = runs[st]
-                store.add_result(run_id, item_key=it["id"], category=it["task"].replace("_", "-"), strategy=st,
-                                 prompt=it["prompt"], text=res["text"], n_tokens=res["n_tokens"] or 0,
-                                 e2e_s=res["e2e_s"], ttft_s=res["ttft_s"], tokens_per_s=res["tokens_per_s"],
-                                 quality=score[st], error=res["error"],
-                                 meta={"approx_tokens": it["approx_tokens"], "input_tokens": len(ids),
-                                       "context_length": engine.context_length, "n_sections": it["n_sections"]},
-                                 params=None if st == BASELINE else effective_params(st, {}))
+                store.add_result(run_id, **result_row(
+                    runs[st], req, item_key=it["id"], category=it["task"].replace("_", "-"),
+                    reference=it["reference"], engine=engine, scores=score[st],
+                    meta={"approx_tokens": it["approx_tokens"], "input_tokens": len(ids),
+                          "context_length": engine.context_length, "n_sections": it["n_sections"]},
+                    params=None if st == BASELINE else effective_params(st, {})))
         print(f"  {it['id']}  {len(ids):5d} tok  {it['task']:15s}  " + "  ".join(
-            f"{s} {'OK ' if score[s]['correct'] else '-- '}{runs[s]['text'][:24]!r:28.28}" for s in strategies),
+            f"{s} {'OK ' if score[s]['correct'] else '-- '}{runs[s].text[:24]!r:28.28}" for s in strategies),
             flush=True)
     return rows
 
@@ -627,8 +623,8 @@ def main(argv=None):
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(doc)
     if args.json:
-        raw = [{k: v for k, v in r.items() if k not in ("prompt", "runs")} for r in rows]
-        sec = [{**{k: v for k, v in r.items() if k != "runs"}, "text": {s: r["runs"][s]["text"] for s in strategies}}
+        raw = [{k: v for k, v in r.items() if k not in ("prompt", "request", "runs")} for r in rows]
+        sec = [{**{k: v for k, v in r.items() if k != "runs"}, "text": {s: r["runs"][s].text for s in strategies}}
                for r in sec_rows]
         Path(args.json).write_text(json.dumps({"accuracy": raw, "sections": sec, "cost": cost, "model": model, "date": when,
                                                "strategies": strategies, "skipped": skipped, "run": run_id},

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 B = ROOT / "docs" / "bench"
+sys.path.insert(0, str(ROOT))
+
+from paradec.metrics import speedup  # noqa: E402
 
 
 def section(name: str) -> str:
@@ -37,6 +41,27 @@ def rows(name: str, category: str = "all") -> dict[str, dict]:
 def num(v: str) -> float | None:
     m = re.match(r"[-+]?[0-9.]+", v or "")
     return float(m.group()) if m else None
+
+
+def relative(r: dict, x: str, y: str, column: str | None = None) -> float | None:
+    """Lane x's speed ÷ lane y's, both rows of one bench table `r` (from `rows`), by `paradec.metrics.speedup`.
+    Both lanes' speed-ups vs ar have the run's ar mean tokens/s below them, so their ratio is x's mean tokens/s
+    ÷ y's, as is the ratio of their tokens/s cells: of the two columns the one whose rounded cells bound the
+    ratio's error tighter is read (tokens/s on a tie), unless `column` names one. None when a lane or a value is
+    missing."""
+    if x not in r or y not in r:
+        return None
+
+    def error(c: str) -> float:           # relative rounding error bound of the two cells' ratio
+        out = 0.0
+        for z in (x, y):
+            cell, v = r[z].get(c, ""), num(r[z].get(c, ""))
+            decimals = len(cell.split(".", 1)[1].rstrip("×x ")) if "." in cell else 0
+            out += 0.5 * 10 ** -decimals / v if v else float("inf")
+        return out
+    if column is None:
+        column = "tokens/s" if error("tokens/s") <= error("speed-up vs ar") else "speed-up vs ar"
+    return speedup([num(r[x].get(column))], [num(r[y].get(column))])
 
 
 def md_tables(text: str) -> list[dict]:
@@ -177,25 +202,27 @@ def vllm_part() -> str:
         return ("Not run on the code as it stands: start `./run.sh vllm --port 8011` and `./run.sh vllm --port 8012 "
                 "--speculative ngram`, then `bash evals/run_benchmarks.sh vllm`.\n")
     r = rows("vllm-peers.md")
-    # relative speeds from the run's own "speed-up vs ar" (mean tokens/s ratio, two decimals), not from the
-    # one-decimal tokens/s cells
-    tps = {x: num(r[x]["speed-up vs ar"]) for x in r}
-    plain, ngram = tps.get("vllm"), tps.get("vllm-ngram")
-    lossless = [x for x in ("ar", "pld", "lookahead", "sps", "ptp") if x in tps]
-    best = max(lossless, key=lambda x: tps[x])
+    lossless = [x for x in ("ar", "pld", "lookahead", "sps", "ptp") if x in r]
+    best = max(lossless, key=lambda x: num(r[x]["speed-up vs ar"]))
+
+    def plain(x):
+        return relative(r, x, "vllm")
+
+    def ngram(x):
+        return relative(r, x, "vllm-ngram")
     lines = ["| lane | engine | tokens/s | ÷ vLLM plain | ÷ vLLM ngram | same text as paradec ar (ROUGE-L) |",
              "|---|---|---|---|---|---|"]
     for x in lossless + ["vllm", "vllm-ngram"]:
-        if x in tps:
+        if x in r:
             eng = "vLLM (client-side timing)" if x.startswith("vllm") else "paradec, in process"
             same = "–" if x == "ar" else (f"{r[x]['ROUGE-L vs ar']}" if x.startswith("vllm") else "identical (lossless)")
-            lines.append(f"| {x} | {eng} | {r[x]['tokens/s']} | {tps[x] / plain:.2f}× | {tps[x] / ngram:.2f}× | {same} |")
-    goals = (f"Goals: paradec `ar` ≥ 0.95× vLLM plain: **{tps['ar'] / plain:.2f}×**; paradec `pld` ≥ 1.2× vLLM ngram: "
-             f"**{tps['pld'] / ngram:.2f}×**; the best lossless strategy (`{best}`) ≥ 2× vLLM plain: "
-             f"**{tps[best] / plain:.2f}×**. Where they fall short: on this AVX2 CPU in float32 a pass over several "
+            lines.append(f"| {x} | {eng} | {r[x]['tokens/s']} | {plain(x):.2f}× | {ngram(x):.2f}× | {same} |")
+    goals = (f"Goals: paradec `ar` ≥ 0.95× vLLM plain: **{plain('ar'):.2f}×**; paradec `pld` ≥ 1.2× vLLM ngram: "
+             f"**{ngram('pld'):.2f}×**; the best lossless strategy (`{best}`) ≥ 2× vLLM plain: "
+             f"**{plain(best):.2f}×**. Where they fall short: on this AVX2 CPU in float32 a pass over several "
              f"tokens costs 1.4–2.3 one-token passes (the pass-cost table above), so `pld`'s τ {r['pld']['tokens/pass']} buys "
              f"{r['pld']['speed-up vs ar']} and `ptp`'s τ {r['ptp']['tokens/pass']} {r['ptp']['speed-up vs ar']}; vLLM's n-gram speculation "
-             f"meets the same wall (τ {r['vllm-ngram']['tokens/pass']} for {tps['vllm-ngram'] / plain:.2f}× its plain rate). The 2× goal needs "
+             f"meets the same wall (τ {r['vllm-ngram']['tokens/pass']} for {plain('vllm-ngram'):.2f}× its plain rate). The 2× goal needs "
              "the regime where verifying drafted tokens is nearly free: bf16 on AMX (a 16-token pass 1.08× one token, "
              "issue text) or a GPU.")
     sot = ""
@@ -345,11 +372,9 @@ def default_part() -> str:
     for suite in have:
         name = f"default-{suite}.md"
         r = rows(name)
-        def tps(x):
-            return num(r[x]["tokens/s"]) if x in r else None
         def cell(x):
             return f"{r[x]['speed-up vs ar']} (τ {r[x]['tokens/pass']})" if x in r else "–"
-        g = tps("ar") / tps("hf-generate") if tps("hf-generate") else None
+        g = relative(r, "ar", "hf-generate")
         if g:
             gen_ratios.append(g)
         mism = sum(int(r[x]["lossless mismatches"]) for x in r if r[x]["lossless mismatches"] not in ("–", ""))
@@ -358,7 +383,7 @@ def default_part() -> str:
         m = re.search(r"ar at (\d+)% of the ([0-9.]+) tok/s", roof)
         if m:
             fracs.append(int(m.group(1)))
-        sa = tps("sps") / tps("hf-assisted") if tps("sps") and tps("hf-assisted") else None
+        sa = relative(r, "sps", "hf-assisted")
         lines.append(f"| {suite} | {r['ar']['n']} | {r['ar']['tokens/s']} | {f'{g:.2f}' if g else '–'} | {cell('sps')} | "
                      f"{f'{sa:.2f}' if sa else '–'} | {cell('pld')} | "
                      f"{r['hf-pld']['speed-up vs ar'] if 'hf-pld' in r else '–'} | {cell('lookahead')} | {cell('ptp')} | "
@@ -437,7 +462,7 @@ issue 18), `focus` and `pcw` (long-context suite, issue 20).
 
 def main() -> None:
     peers = rows("peers.md")
-    ar_gen = num(peers["ar"]["tokens/s"]) / num(peers["hf-generate"]["tokens/s"])
+    ar_gen = relative(peers, "ar", "hf-generate")
     spec = {s: rows(f"spec-{s}.md") for s in ("code", "docstrings", "rewrite")}
     summary = ["| suite | pld ÷ hf-pld | sps ÷ hf-assisted | ar ÷ hf-generate | pld speed-up | sps speed-up | "
                "lookahead speed-up | lossless mismatches |", "|---|---|---|---|---|---|---|---|"]
@@ -445,7 +470,8 @@ def main() -> None:
     for suite, r in spec.items():
         def tps(s):
             return num(r[s]["tokens/s"])
-        a, b, c = tps("pld") / tps("hf-pld"), tps("sps") / tps("hf-assisted"), tps("ar") / tps("hf-generate")
+        a, b = relative(r, "pld", "hf-pld", "tokens/s"), relative(r, "sps", "hf-assisted", "tokens/s")  # as shown
+        c = relative(r, "ar", "hf-generate")
         ratios += [a, b]
         mism = sum(int(r[s]["lossless mismatches"]) for s in r if r[s]["lossless mismatches"] not in ("–", ""))
         mism_total += mism

@@ -3,7 +3,9 @@
 Every result is written to the store as soon as it exists (its own transaction), so a run killed at any
 point keeps what it finished and `resume` completes it without duplicate rows. Quality is measured
 against `ar`'s output for the same prompt and repeat (exact token match, ROUGE-L, BLEU) and against the
-reference where the eval item has one; perplexity of every output under the target model.
+reference where the eval item has one; perplexity of every output under the target model. `result_row` turns a
+finished lane into its stored row (the Arena and the long-context eval store theirs through it too), and `table`
+is the one summary and speed-up table, whose Markdown bench prints.
 """
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 from . import quality
-from .metrics import speedup, summary
-from .race import first_divergence, run_alone
+from .metrics import by_category, speedup, summary
+from .race import run_alone
 from .strategies import Request, get
 
 
@@ -243,16 +245,10 @@ def run_bench(engine, store, run_id: int, items: list[BenchItem], settings: Benc
                         continue
                     eng, strat = peers.get(s, (engine, s))
                     lane = run_alone(eng, strat, req, settings.params.get(s))
-                    f = lane.figures()
-                    row = dict(item_key=item.item_id, category=item.category, strategy=s, repeat=rep, turn=turn,
-                               prompt=user_text, text=lane.text, token_ids=lane.token_ids, n_tokens=f.tokens,
-                               forward_passes=f.forward_passes, draft_passes=f.draft_passes, drafted=f.drafted,
-                               accepted=f.accepted, ttft_s=f.ttft_s, e2e_s=f.elapsed_s, tokens_per_s=f.tokens_per_s,
-                               tpot_s=f.tpot_s, tokens_per_pass=f.tokens_per_pass, itl=f.itl, error=lane.error,
-                               params=params[s], meta=_lane_meta(lane),
-                               quality=_quality(eng, req, lane, s, ar_outputs.get((rep, turn)),
-                                                item.reference_for(turn),
-                                                settings, peer=s in peers))
+                    row = result_row(lane, req, item_key=item.item_id, category=item.category, strategy=s,
+                                     repeat=rep, turn=turn, ar=ar_outputs.get((rep, turn)),
+                                     reference=item.reference_for(turn), engine=eng,
+                                     perplexity=settings.perplexity, peer=s in peers, params=params[s])
                     if s == "ar":
                         ar_outputs[(rep, turn)] = (lane.token_ids, lane.text)
                     store.add_result(run_id, **row)
@@ -267,78 +263,80 @@ def run_bench(engine, store, run_id: int, items: list[BenchItem], settings: Benc
 LANE_FACTS = ("route", "p_list", "points", "fallback")   # what SoT and SoT-R say about how they answered
 
 
-def _lane_meta(lane) -> dict | None:
-    """Facts a strategy reported about its answer that a reader of the results needs (sot-r's route, SoT's
-    points or the reason it fell back), stored in the result's meta."""
-    m = {k: lane.info[k] for k in LANE_FACTS if k in lane.info}
-    return m or None
+def result_row(lane, request: Request, *, item_key, category: str, strategy: str | None = None, repeat: int = 0,
+               turn: int = 0, ar: tuple[list[int], str] | None = None, reference=None, engine=None,
+               perplexity: bool = False, peer: bool = False, params: dict | None = None, meta: dict | None = None,
+               scores: dict | None = None) -> dict:
+    """The stored result row (`Store.add_result`'s fields) of a finished lane: the one path from a lane to a
+    row, for bench, the Arena and the long-context eval.
 
-
-def _quality(engine, req, lane, strategy, ar_out, reference, settings, peer: bool = False) -> dict:
-    q: dict = {}
-    if lane.error:
-        return q
-    if ar_out is not None and strategy != "ar":
-        ar_ids, ar_text = ar_out
-        q["exact_match"] = lane.token_ids == ar_ids
-        q["diverges_at"] = first_divergence(lane.token_ids, ar_ids)
-        q["rouge_l_vs_ar"] = quality.rouge_l(lane.text, ar_text)
-        cov = quality.point_coverage(lane.text, ar_text)
-        if cov is not None:
-            q["point_coverage_vs_ar"] = cov
-        q["bleu_vs_ar"] = quality.bleu(lane.text, ar_text)
-    if reference:
-        q["rouge_l_vs_ref"] = quality.rouge_l(lane.text, reference)
-        q["bleu_vs_ref"] = quality.bleu(lane.text, reference)
+    ar: (token ids, text) of ar's answer to the same request (the same prompt, repeat and turn), compared
+    with unless the lane is ar's own; reference: the item's reference answer (one text or alternatives);
+    engine: the engine the lane ran on (a remote one's token ids are placeholders, so only text is compared,
+    and perplexity is taken only in process, when `perplexity` is set); peer: the lane is another engine's
+    (its agreement with ar is information, never a lossless mismatch); scores: a task's own scores (e.g. the
+    long-context eval's `correct`). The quality dict is `paradec.quality`'s schema plus lossless_strategy,
+    status, finish_reason, perplexity and the scores; meta is what the strategy reported about its answer
+    (LANE_FACTS) plus `meta`."""
+    f = lane.figures()
+    strategy = strategy or lane.name
     remote = getattr(engine, "remote", False)
-    if settings.perplexity and lane.token_ids and not remote:
-        q["perplexity"] = quality.perplexity(engine, engine.encode(req), lane.token_ids)
-    # a peer is another engine (other kernels, maybe other weights' precision): its agreement with ar is
-    # information (exact_match on text), never a lossless mismatch of paradec's
-    q["lossless_strategy"] = lane.lossless and not peer
-    if remote:          # remote token ids are placeholders: compare text only
-        q.pop("exact_match", None)
-        q.pop("diverges_at", None)
-        if ar_out is not None and strategy != "ar":
-            q["exact_match"] = lane.text == ar_out[1]
-    return q
+    q: dict = {"lossless_strategy": lane.lossless and not peer, "status": lane.status,
+               "finish_reason": lane.finish_reason}
+    if not lane.error:
+        compare = ar is not None and strategy != "ar"
+        q.update(quality.quality_row(lane.text, lane.token_ids, ar_text=ar[1] if compare else None,
+                                     ar_ids=ar[0] if compare else None, reference=reference or None,
+                                     text_only=remote))
+        if perplexity and lane.token_ids and engine is not None and not remote:
+            q["perplexity"] = quality.perplexity(engine, engine.encode(request), lane.token_ids)
+    q.update(scores or {})
+    facts = {k: lane.info[k] for k in LANE_FACTS if k in lane.info} | (meta or {})
+    return dict(item_key=str(item_key), category=category, strategy=strategy, repeat=repeat, turn=turn,
+                prompt=request.prompt, text=lane.text, token_ids=lane.token_ids, n_tokens=f.tokens,
+                forward_passes=f.forward_passes, draft_passes=f.draft_passes, drafted=f.drafted,
+                accepted=f.accepted, ttft_s=f.ttft_s, e2e_s=f.elapsed_s, tokens_per_s=f.tokens_per_s,
+                tpot_s=f.tpot_s, tokens_per_pass=f.tokens_per_pass, itl=f.itl, error=lane.error, params=params,
+                meta=facts or None, quality=q)
 
 
 # ---------------------------------------------------------------- tables
 
 def table(df) -> list[dict]:
-    """Per strategy and category (and 'all'): speed-up vs ar, tau, TTFT/TPOT p50, quality, mismatches, n."""
+    """Per run, category (and 'all', by `metrics.by_category`'s rule) and strategy: speed-up vs ar, tau,
+    TTFT/TPOT p50, quality, mismatches, n. The one speed-up table: bench's Markdown, the CLI, the Dashboard's
+    summary and speed-up charts (`charts.speedup_table`) and the Eval sets tab read it. A column the frame
+    lacks (a hand-made frame) counts as no values."""
     rows = []
     if df is None or len(df) == 0:
         return rows
     df = df[df["error"].isna()] if "error" in df else df
-    cats = sorted(df["category"].dropna().unique().tolist()) + ["all"]
-    for run_id in sorted(df["run_id"].unique()):
-        d_run = df[df["run_id"] == run_id]
-        for cat in cats:
-            d = d_run if cat == "all" else d_run[d_run["category"] == cat]
-            ar = d[d["strategy"] == "ar"]
-            for s in sorted(d["strategy"].unique(), key=lambda x: (x != "ar", x)):
-                ds = d[d["strategy"] == s]
-                qual = ds["quality"].tolist()
-                mism = [q for q in qual if q and q.get("lossless_strategy") and q.get("exact_match") is False]
-                rl = [q.get("rouge_l_vs_ar") for q in qual if q and q.get("rouge_l_vs_ar") is not None]
-                rr = [q.get("rouge_l_vs_ref") for q in qual if q and q.get("rouge_l_vs_ref") is not None]
-                ppl = [q.get("perplexity") for q in qual if q and q.get("perplexity") is not None]
-                rows.append({
-                    "run": int(run_id), "category": cat, "strategy": s, "n": len(ds),
-                    "tokens_per_s": summary(ds["tokens_per_s"].tolist())["mean"],
-                    "speedup": speedup(ds["tokens_per_s"].tolist(), ar["tokens_per_s"].tolist()),
-                    "e2e_speedup": speedup(ar["e2e_s"].tolist(), ds["e2e_s"].tolist()),  # mean ar E2E / mean E2E
-                    "forward_passes": summary(ds["forward_passes"].tolist())["mean"],
-                    "tokens_per_pass": summary(ds["tokens_per_pass"].tolist())["mean"],
-                    "ttft_p50": summary(ds["ttft_s"].tolist())["p50"],
-                    "tpot_p50": summary(ds["tpot_s"].tolist())["p50"],
-                    "rouge_l_vs_ar": sum(rl) / len(rl) if rl else None,
-                    "rouge_l_vs_ref": sum(rr) / len(rr) if rr else None,
-                    "perplexity": sum(ppl) / len(ppl) if ppl else None,
-                    "lossless_mismatches": len(mism) if _lossless(s) and s != "ar" else None,
-                })
+
+    def col(d, name) -> list:
+        return d[name].tolist() if name in d else []
+    for run_id, cat, d in by_category(df):
+        ar = d[d["strategy"] == "ar"]
+        for s in sorted(d["strategy"].unique(), key=lambda x: (x != "ar", x)):
+            ds = d[d["strategy"] == s]
+            qual = col(ds, "quality")
+            mism = [q for q in qual if q and q.get("lossless_strategy") and q.get("exact_match") is False]
+            rl = [q.get("rouge_l_vs_ar") for q in qual if q and q.get("rouge_l_vs_ar") is not None]
+            rr = [q.get("rouge_l_vs_ref") for q in qual if q and q.get("rouge_l_vs_ref") is not None]
+            ppl = [q.get("perplexity") for q in qual if q and q.get("perplexity") is not None]
+            rows.append({
+                "run": int(run_id), "category": cat, "strategy": s, "n": len(ds),
+                "tokens_per_s": summary(col(ds, "tokens_per_s"))["mean"],
+                "speedup": speedup(col(ds, "tokens_per_s"), col(ar, "tokens_per_s")),
+                "e2e_speedup": speedup(col(ar, "e2e_s"), col(ds, "e2e_s")),  # mean ar E2E / mean E2E
+                "forward_passes": summary(col(ds, "forward_passes"))["mean"],
+                "tokens_per_pass": summary(col(ds, "tokens_per_pass"))["mean"],
+                "ttft_p50": summary(col(ds, "ttft_s"))["p50"],
+                "tpot_p50": summary(col(ds, "tpot_s"))["p50"],
+                "rouge_l_vs_ar": sum(rl) / len(rl) if rl else None,
+                "rouge_l_vs_ref": sum(rr) / len(rr) if rr else None,
+                "perplexity": sum(ppl) / len(ppl) if ppl else None,
+                "lossless_mismatches": len(mism) if _lossless(s) and s != "ar" else None,
+            })
     return rows
 
 

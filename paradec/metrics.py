@@ -100,9 +100,26 @@ def summary(values: list[float]) -> dict:
 
 
 def speedup(strategy_tps: list[float], ar_tps: list[float]) -> float | None:
-    """Mean tokens/s of the strategy / mean tokens/s of ar, same run (Spec-Bench's formula)."""
-    s = [v for v in strategy_tps if v]
-    a = [v for v in ar_tps if v]
+    """Mean tokens/s of the strategy / mean tokens/s of ar, same run (Spec-Bench's formula); values that are
+    missing, NaN or 0 are left out of both means. None when either side has no value. The one speed-up of
+    paradec: bench's table and Markdown, the Dashboard's charts and the Eval sets tab all take it (also for
+    end-to-end speed-up: speedup(ar E2E seconds, strategy E2E seconds))."""
+    s = [v for v in strategy_tps if v and v == v]
+    a = [v for v in ar_tps if v and v == v]
     if not s or not a:
         return None
     return (sum(s) / len(s)) / (sum(a) / len(a))
+
+
+ALL = "all"
+
+
+def by_category(df):
+    """(run id, category, rows) of a results DataFrame, run by run: each category of the run (sorted), then
+    ALL. The one rule for 'all': every run has it, holding every row of the run (all its categories pooled;
+    a run of one category repeats that category's figures there). Speed-ups are only ever taken inside one
+    (run, category) group against its own `ar` rows, never across runs or machines."""
+    for run_id in sorted(df["run_id"].unique()):
+        d_run = df[df["run_id"] == run_id]
+        for cat in sorted(d_run["category"].dropna().unique().tolist()) + [ALL]:
+            yield run_id, cat, d_run if cat == ALL else d_run[d_run["category"] == cat]

@@ -4,14 +4,26 @@
   lower-cased runs of letters/digits of any script - the same as rouge_score's own tokenizer on ASCII text,
   but non-Latin text is not thrown away.
 * `bleu(candidate, reference)` - sacrebleu sentence BLEU, 0..100 (13a tokenizer, exponential smoothing).
-* `exact_match(ids, ref_ids)` - 1.0 when the token ids are identical, else 0.0.
+* `exact_match(ids, ref_ids)` - True when the token ids are identical, else False.
+* `first_divergence(ids, ref_ids)` - the index of the first differing token (None when identical).
 * `perplexity(engine, prompt_ids, output_ids)` - exp(mean NLL of the output tokens given the prompt),
   from one forward pass of the engine's model.
 * `point_coverage(candidate, reference)` - the share of the reference's list points (numbered or bulleted
   lines) that the candidate covers: a reference point counts as covered when at least half of its heading's
   content words (5-letter stems) occur in one of the candidate's points. None unless the reference has at
   least two points. It is how SoT's answer is compared with `ar`'s beside ROUGE-L (SoT's points are short).
-* `quality_row(...)` - the dict stored in results.quality.
+* `quality_row(...)` - the comparisons stored in results.quality (the schema below); `normalise(q)` reads a
+  quality dict stored by an older paradec in that schema.
+
+The stored schema (results.quality), one for every producer (bench, the Arena, the long-context eval, through
+`paradec.bench.result_row`):
+  exact_match          bool: the answer's token ids equal ar's (on text when token ids are not comparable:
+                       a remote engine's); absent without an ar answer to compare with
+  diverges_at          index of the first token that differs from ar's, None when identical; present
+                       whenever exact_match compares token ids
+  rouge_l_vs_ar, bleu_vs_ar, point_coverage_vs_ar, rouge_l_vs_ref, bleu_vs_ref, contains_ref   (see above)
+  perplexity, lossless_strategy, status, finish_reason, and a task's own scores (e.g. `correct`): added by
+  the row builder
 
 Metrics that have nothing to compare return None (no reference, empty output for perplexity).
 
@@ -91,14 +103,14 @@ def bleu(candidate: str | None, reference: Reference) -> float | None:
     return float(sacrebleu.sentence_bleu(candidate, [reference]).score)
 
 
-def exact_match(ids, ref_ids) -> float | None:
-    """1.0 if the two token-id sequences are identical, 0.0 if not; None without a reference."""
+def exact_match(ids, ref_ids) -> bool | None:
+    """True if the two token-id sequences are identical, False if not; None without a reference."""
     if ref_ids is None or ids is None:
         return None
-    return float(list(ids) == list(ref_ids))
+    return list(ids) == list(ref_ids)
 
 
-def first_mismatch(ids, ref_ids) -> int | None:
+def first_divergence(ids, ref_ids) -> int | None:
     """Index of the first differing token (or the shorter length when one is a prefix); None if identical."""
     a, b = list(ids), list(ref_ids)
     for i, (x, y) in enumerate(zip(a, b)):
@@ -182,13 +194,34 @@ def point_coverage(candidate: str | None, reference: str | None) -> float | None
 
 
 def quality_row(text: str, token_ids=None, *, ar_text: str | None = None, ar_ids=None,
-                reference: Reference = None) -> dict:
-    """The quality dict stored with a result: agreement with autoregressive output and with the reference (the
-    best-matching alternative where there are several). Keys whose comparison is missing are left out."""
-    q = {"exact_match": exact_match(token_ids, ar_ids) if token_ids is not None else None,
-         "rouge_l_vs_ar": rouge_l(text, ar_text), "bleu_vs_ar": bleu(text, ar_text),
-         "rouge_l_vs_ref": rouge_l(text, reference), "bleu_vs_ref": bleu(text, reference),
-         "contains_ref": contains(text, reference), "point_coverage_vs_ar": point_coverage(text, ar_text)}
-    if token_ids is not None and ar_ids is not None and q["exact_match"] == 0.0:
-        q["first_mismatch"] = first_mismatch(token_ids, ar_ids)
-    return {k: v for k, v in q.items() if v is not None}
+                reference: Reference = None, text_only: bool = False) -> dict:
+    """The comparisons stored with a result (the schema in the module doc): agreement with autoregressive
+    output and with the reference (the best-matching alternative where there are several). `text_only`: the
+    token ids are not comparable (a remote engine's placeholders), so exact_match compares text and there is
+    no diverges_at. Keys whose comparison is missing are left out."""
+    q: dict = {}
+    if ar_text is not None and text_only:
+        q["exact_match"] = text == ar_text
+    elif token_ids is not None and ar_ids is not None:
+        q["exact_match"] = exact_match(token_ids, ar_ids)
+        q["diverges_at"] = first_divergence(token_ids, ar_ids)          # None when identical: kept
+    more = {"rouge_l_vs_ar": rouge_l(text, ar_text), "point_coverage_vs_ar": point_coverage(text, ar_text),
+            "bleu_vs_ar": bleu(text, ar_text), "rouge_l_vs_ref": rouge_l(text, reference),
+            "bleu_vs_ref": bleu(text, reference), "contains_ref": contains(text, reference)}
+    return q | {k: v for k, v in more.items() if v is not None}
+
+
+def normalise(q: dict | None) -> dict | None:
+    """A stored quality dict in the schema of the module doc, whichever paradec wrote it: an older Arena row
+    also kept the divergence as `first_mismatch` (dropped: `diverges_at` holds it), and an exact_match of
+    1.0 / 0.0 (the old `quality_row`) becomes a bool with its `diverges_at`. Read by the store, once."""
+    if not q or not ("first_mismatch" in q or isinstance(q.get("exact_match"), float)):
+        return q
+    q = dict(q)
+    first = q.pop("first_mismatch", None)          # kept by quality_row on a mismatch only
+    was_float = isinstance(q.get("exact_match"), float)
+    if was_float:
+        q["exact_match"] = q["exact_match"] == 1.0
+    if was_float or first is not None:
+        q.setdefault("diverges_at", first)
+    return q

@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from .metrics import Figures, TimedStep, figures
+from .metrics import Figures, TimedStep, figures, speedup
+from .quality import first_divergence
 from .strategies import Request, Step, get
 
 _ENGINE_LOCKS: dict[int, threading.Lock] = {}
@@ -45,14 +46,6 @@ def strategy_stream(engine, name: str, request: Request) -> tuple[bool, Iterator
         return engine.lossless(name), engine.stream(name, request)
     strat = get(name)
     return strat.lossless, strat.stream(engine, request)
-
-
-def first_divergence(a: list[int], b: list[int]) -> int | None:
-    """Index of the first differing token, or None when equal."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 @dataclass
@@ -111,14 +104,16 @@ class Lane:
                 "finish_reason": self.finish_reason, "error": self.error, **f.as_dict(with_itl=True)}
 
 
-def run_alone(engine, name: str, request: Request, params: dict | None = None, on_step=None) -> Lane:
-    """Run one strategy by itself (benchmark mode), timing every step."""
+def run_alone(engine, name: str, request: Request, params: dict | None = None, on_step=None,
+              stream: tuple[bool, Iterator[Step]] | None = None) -> Lane:
+    """Run one strategy by itself (benchmark mode), timing every step. `stream`: (lossless, steps) of a
+    decoder that is not a registered strategy (the long-context eval's truncated baseline), timed the same way."""
     lane = Lane(name, dict(params or {}))
     req = _with_params(request, lane.params)
     lane.status = "running"
     try:
         with engine_lock(engine):
-            lane.lossless, stream = strategy_stream(engine, name, req)
+            lane.lossless, stream = stream or strategy_stream(engine, name, req)
             for step, dt in timed_steps(engine, stream):
                 lane.record(step, dt)
                 if on_step:
@@ -253,8 +248,7 @@ class Race:
             d["speedup"] = None
             d["diverges_at"] = None
             if ar and n != "ar":
-                if d["tokens_per_s"] and ar["tokens_per_s"]:
-                    d["speedup"] = d["tokens_per_s"] / ar["tokens_per_s"]
+                d["speedup"] = speedup([d["tokens_per_s"]], [ar["tokens_per_s"]])
                 if ar["status"] == "done" and d["status"] == "done":
                     d["diverges_at"] = first_divergence(d["token_ids"], ar["token_ids"])
         return out

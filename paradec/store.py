@@ -7,7 +7,8 @@ Every result is written in its own transaction as soon as it exists, so an inter
 finished; the unique key (run_id, item_key, strategy, repeat, turn) makes a duplicate row impossible, and
 `done_keys` tells a resumed run what to skip. Each result keeps the parameters its strategy ran with
 (`params`, so a parameter sweep can be charted) and free facts about its item (`meta`, e.g. input length);
-a database made by an older paradec gains such new columns when opened. An eval set and all its items are saved
+a database made by an older paradec gains such new columns when opened, and its results' quality is read in
+today's schema (`paradec.quality.normalise`, in `_result_dict`: the file is not rewritten). An eval set and all its items are saved
 in one transaction: all or nothing. The store knows nothing about torch; all queries are parameterised (ORM /
 bound values).
 """
@@ -164,6 +165,15 @@ def _safe_url(url: str) -> str:
 
 def _row_dict(obj) -> dict:
     return {c.name: getattr(obj, c.name) for c in obj.__table__.columns}
+
+
+def _result_dict(res: "Result") -> dict:
+    """A stored result as a dict, its quality in today's schema whichever paradec wrote it (the one place old
+    rows are read into the new form: `paradec.quality.normalise`; the database itself is never rewritten)."""
+    from .quality import normalise
+    d = _row_dict(res)
+    d["quality"] = normalise(d["quality"])
+    return d
 
 
 def run_params(settings: dict | None, strategy: str) -> dict | None:
@@ -441,12 +451,12 @@ class Store:
         """One stored result by its key (a resumed run reads the reference output it skips), or None."""
         with self.session() as s:
             r = self._find_result(s, run_id, str(item_key), strategy, int(repeat), int(turn))
-            return _row_dict(r) if r is not None else None
+            return _result_dict(r) if r is not None else None
 
     def get_results(self, run_id: int) -> list[dict]:
         with self.session() as s:
-            return [_row_dict(r) for r in s.scalars(select(Result).where(Result.run_id == run_id)
-                                                     .order_by(Result.id))]
+            return [_result_dict(r) for r in s.scalars(select(Result).where(Result.run_id == run_id)
+                                                        .order_by(Result.id))]
 
     def results_dataframe(self, run_ids: Iterable[int] | int | None = None, *, kind: str | None = None,
                           strategies: Iterable[str] | None = None, categories: Iterable[str] | None = None,
@@ -483,12 +493,12 @@ class Store:
         rows = []
         with self.session() as s:
             for res, rname, rkind, rstatus, rmodel, rdevice, rdtype, rcreated, rset, rsettings in s.execute(q).all():
-                d = {k: v for k, v in _row_dict(res).items() if k not in bulky}
+                d = {k: v for k, v in _result_dict(res).items() if k not in bulky}
                 d.update(run_name=rname, run_kind=rkind, run_status=rstatus, model=rmodel, device=rdevice,
                          dtype=rdtype, run_created_at=rcreated, eval_set_id=rset)
                 if d.get("params") is None:
                     d["params"] = run_params(rsettings, res.strategy)
-                for k, v in (res.quality or {}).items():
+                for k, v in (d["quality"] or {}).items():
                     d[f"q_{k}"] = v
                 for k, v in (res.meta or {}).items():
                     d[f"m_{k}"] = v

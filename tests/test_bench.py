@@ -148,12 +148,15 @@ def test_a_peer_engine_runs_in_the_same_bench_run(model_dir, tmp_path):
 
 def test_bench_quality_holds_point_coverage_of_ars_list():
     """SoT's comparison with ar beside ROUGE-L: the share of ar's points the answer covers, stored by bench."""
-    from types import SimpleNamespace
+    from paradec.race import Lane
+    from paradec.strategies import Request
     ar = "Benefits:\n1. **Better sleep**: deeper rest.\n2. **Lower stress**: calmer days.\n3. **Weight control**: fewer kilos."
-    lane = SimpleNamespace(error=None, token_ids=[1, 2], text="1. Better sleep: you rest.\n2. Lower stress.",
-                           lossless=False)
-    settings = B.BenchSettings(strategies=["ar", "sot"], perplexity=False)
-    q = B._quality(object(), None, lane, "sot", ([1, 2, 3], ar), None, settings)
+    lane = Lane("sot", seg_ids={1: [1, 2]}, segments={1: "1. Better sleep: you rest.\n2. Lower stress."},
+                lossless=False, status="done")
+
+    def quality(ar_out):
+        return B.result_row(lane, Request(prompt="q"), item_key="q", category="c", ar=ar_out)["quality"]
+    q = quality(([1, 2, 3], ar))
     assert q["point_coverage_vs_ar"] == pytest.approx(2 / 3)
-    prose = B._quality(object(), None, lane, "sot", ([1, 2, 3], "A prose answer."), None, settings)
+    prose = quality(([1, 2, 3], "A prose answer."))
     assert "point_coverage_vs_ar" not in prose

@@ -349,3 +349,14 @@ def test_reference_runs_are_a_separate_labelled_source(tmp_path, monkeypatch):
     empty = D.Dashboard(Store(f"sqlite:///{tmp_path / 'new.db'}"), reference=None)
     assert "No runs yet" in empty.open(D.MINE, False, [], "all", [], [], "", "auto")[7]
     mine.close()
+
+
+def test_benchmarks_md_ratios_of_two_lanes_use_the_one_speedup():
+    from evals import make_benchmarks_md as M
+    r = {"ar": {"speed-up vs ar": "1.00×", "tokens/s": "4.4"}, "x": {"speed-up vs ar": "1.37×", "tokens/s": "6.1"},
+         "big": {"speed-up vs ar": "1.10×", "tokens/s": "123.4"}, "big-ar": {"speed-up vs ar": "1.00×",
+                                                                            "tokens/s": "112.2"}}
+    assert M.relative(r, "x", "ar") == pytest.approx(1.37)                   # coarse tokens/s: the speed-up cells
+    assert M.relative(r, "big", "big-ar") == pytest.approx(123.4 / 112.2)   # fine tokens/s cells
+    assert M.relative(r, "x", "ar", "tokens/s") == pytest.approx(6.1 / 4.4)
+    assert M.relative(r, "x", "none") is None

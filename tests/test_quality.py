@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from paradec.quality import (alternatives, list_points, point_coverage, best_reference, bleu, contains, exact_match, first_mismatch, perplexity,
+from paradec.quality import (alternatives, list_points, point_coverage, best_reference, bleu, contains, exact_match, first_divergence, perplexity,
                              quality_row, rouge_l)
 
 REF = "Return a new list containing all items from the iterable in ascending order."
@@ -39,8 +39,8 @@ def test_exact_match_and_mismatch():
     assert exact_match([1, 2, 3], [1, 2, 4]) == 0.0
     assert exact_match([1, 2], [1, 2, 3]) == 0.0
     assert exact_match([1], None) is None
-    assert first_mismatch([1, 2, 3], [1, 2, 4]) == 2 and first_mismatch([1, 2], [1, 2, 3]) == 2
-    assert first_mismatch([5], [5]) is None
+    assert first_divergence([1, 2, 3], [1, 2, 4]) == 2 and first_divergence([1, 2], [1, 2, 3]) == 2
+    assert first_divergence([5], [5]) is None
 
 
 def test_contains_and_quality_row():
@@ -49,7 +49,7 @@ def test_contains_and_quality_row():
     assert q["exact_match"] == 1.0 and q["rouge_l_vs_ar"] == 1.0 and q["bleu_vs_ar"] == pytest.approx(100)
     assert q["rouge_l_vs_ref"] == 0.0 and q["contains_ref"] == 0.0 and "first_mismatch" not in q
     q = quality_row("the cat ran", [1, 2, 9], ar_text="the cat sat", ar_ids=[1, 2, 3])
-    assert q["exact_match"] == 0.0 and q["first_mismatch"] == 2 and "rouge_l_vs_ref" not in q
+    assert q["exact_match"] == 0.0 and q["diverges_at"] == 2 and "rouge_l_vs_ref" not in q
 
 
 def test_a_list_of_references_scores_against_the_best_match():

@@ -15,9 +15,10 @@ import time
 
 import gradio as gr
 
-from ..bench import BenchSettings, environment
-from ..metrics import figures as step_figures
-from ..race import Race, first_divergence
+from ..bench import BenchSettings, environment, result_row
+from ..metrics import figures as step_figures, speedup
+from ..quality import first_divergence
+from ..race import Race
 from ..strategies import REGISTRY, Request, RequestError, get, length_check_engine, load_all
 from . import charts
 
@@ -204,7 +205,8 @@ def _check_line(name: str, d: dict, ar: dict | None) -> str:
             return '<div class="pd-check" style="font-size:12px;margin-top:4px;color:#0a7a2f">lossless: identical to ar</div>'
         return f'<div class="pd-check" style="font-size:12px;margin-top:4px;color:#b00020">diverges from ar at token {i + 1}</div>'
     a, b = d.get("token_ids") or [], ar.get("token_ids") or []
-    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    n = min(len(a), len(b))
+    i = first_divergence(a[:n], b[:n])        # so far: a column that is only shorter has not diverged
     if i is not None:
         return f'<div class="pd-check" style="font-size:12px;margin-top:4px;color:#b00020">diverges from ar at token {i + 1}</div>'
     return '<div class="pd-check" style="font-size:12px;margin-top:4px;color:#555">identical to ar so far</div>'
@@ -319,8 +321,9 @@ def _replay_snapshot(race: Race, t: float) -> dict[str, dict]:
         out[n] = d
     ar = out.get("ar")
     for n, d in out.items():
-        if ar and n != "ar" and d.get("tokens_per_s") and ar.get("tokens_per_s"):
-            d["speedup"] = d["tokens_per_s"] / ar["tokens_per_s"]
+        sp = speedup([d.get("tokens_per_s")], [ar.get("tokens_per_s")]) if ar and n != "ar" else None
+        if sp is not None:
+            d["speedup"] = sp
         if d["status"] != "done" or (ar and ar["status"] != "done"):
             d["diverges_at"] = None
     return out
@@ -343,9 +346,8 @@ class Arena:
     def _save(self, race: Race, settings: dict) -> None:
         try:
             race.wait()
-            snap = race.snapshot()
             names = list(race.lanes)
-            stopped = any(d["status"] == "stopped" for d in snap.values())
+            stopped = any(lane.status == "stopped" for lane in race.lanes.values())
             bs = BenchSettings(strategies=names, max_new_tokens=race.request.max_new_tokens,
                                temperature=race.request.temperature, top_p=race.request.top_p,
                                seed=race.request.seed, warmup=False, params=settings.get("params", {}))
@@ -354,22 +356,11 @@ class Arena:
                 "race", name=race.request.prompt[:80].replace("\n", " "), model=desc["model"],
                 device=desc["device"], dtype=desc["dtype"], environment=environment(self.engine, bs),
                 strategies=names, settings=settings)
-            ar = snap.get("ar")
-            from .. import quality
-            for n, d in snap.items():
-                q = {"lossless_strategy": d["lossless_strategy"], "status": d["status"],
-                     "finish_reason": d["finish_reason"]}
-                if ar is not None and n != "ar" and not d["error"]:
-                    q.update(quality.quality_row(d["text"], d["token_ids"], ar_text=ar["text"], ar_ids=ar["token_ids"]))
-                    q["exact_match"] = d["token_ids"] == ar["token_ids"]
-                    q["diverges_at"] = first_divergence(d["token_ids"], ar["token_ids"])
-                self.store.add_result(
-                    run_id, item_key="arena", category="arena", strategy=n, prompt=race.request.prompt,
-                    text=d["text"], token_ids=d["token_ids"], n_tokens=d["tokens"],
-                    forward_passes=d["forward_passes"], draft_passes=d["draft_passes"], drafted=d["drafted"],
-                    accepted=d["accepted"], ttft_s=d["ttft_s"], e2e_s=d["elapsed_s"],
-                    tokens_per_s=d["tokens_per_s"], tpot_s=d["tpot_s"], tokens_per_pass=d["tokens_per_pass"],
-                    itl=d["itl"], quality=q, error=d["error"])
+            ar = race.lanes.get("ar")
+            ar_out = (ar.token_ids, ar.text) if ar is not None else None
+            for lane in race.lanes.values():
+                self.store.add_result(run_id, **result_row(lane, race.request, item_key="arena", category="arena",
+                                                           ar=ar_out, engine=self.engine))
             self.store.finish_run(run_id, "interrupted" if stopped else "finished",
                                   error="stopped by the user" if stopped else None)
             self.run_ids[id(race)] = run_id

@@ -2,7 +2,8 @@
 
 Nothing here touches the store, the engine or Gradio, so every function is unit-testable on a hand-made
 DataFrame. Speed-up is always measured inside one run against that run's `ar` rows (Spec-Bench's
-formula: mean tokens/s of the strategy / mean tokens/s of ar), never across runs or machines.
+formula: mean tokens/s of the strategy / mean tokens/s of ar: `paradec.metrics.speedup`), never across runs or
+machines, per category and for 'all' by the one rule of `paradec.metrics.by_category`.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..metrics import percentile, speedup
+from ..metrics import by_category, percentile, speedup
 
 ENV_COLUMNS = ("model", "device", "dtype")
 
@@ -232,23 +233,19 @@ def env_warning(df: pd.DataFrame) -> str | None:
 
 
 def speedup_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Speed-up vs ar per (run, category, strategy) and for 'all' categories; columns run_id, category,
-    strategy, speedup, n."""
+    """Speed-up vs ar per (run, category, strategy), 'all' included: the speed-up column of the one summary
+    table (`paradec.bench.table`, categories and 'all' by `paradec.metrics.by_category`), for the strategies
+    shown other than ar, where there is one; columns run_id, category, strategy, speedup, n."""
+    from ..bench import table
+    cols = ["run_id", "category", "strategy", "speedup", "n"]
     df = _ok(df)
-    rows = []
     if len(df) == 0:
-        return pd.DataFrame(columns=["run_id", "category", "strategy", "speedup", "n"])
-    for run_id, d_run in df.groupby("run_id"):
-        for cat, d in list(d_run.groupby("category")) + ([("all", d_run)] if d_run["category"].nunique() > 1 else []):
-            ar = _num(d.loc[d["strategy"] == "ar", "tokens_per_s"]).dropna().tolist()
-            for s, ds in d.groupby("strategy"):
-                if s == "ar" or ("strategy_shown" in ds and not ds["strategy_shown"].any()):
-                    continue
-                sp = speedup(_num(ds["tokens_per_s"]).dropna().tolist(), ar)
-                if sp is not None:
-                    rows.append({"run_id": int(run_id), "category": str(cat), "strategy": s, "speedup": sp,
-                                 "n": len(ds)})
-    return pd.DataFrame(rows, columns=["run_id", "category", "strategy", "speedup", "n"])
+        return pd.DataFrame(columns=cols)
+    shown = set(df.loc[df["strategy_shown"].astype(bool), "strategy"]) if "strategy_shown" in df else None
+    rows = [{"run_id": r["run"], "category": str(r["category"]), "strategy": r["strategy"], "speedup": r["speedup"],
+             "n": r["n"]} for r in table(df)
+            if r["strategy"] != "ar" and r["speedup"] is not None and (shown is None or r["strategy"] in shown)]
+    return pd.DataFrame(rows, columns=cols)
 
 
 def speedup_bar(df: pd.DataFrame) -> go.Figure:
@@ -353,7 +350,8 @@ def paired_speedups(df: pd.DataFrame) -> pd.DataFrame:
     m = other.merge(ar, on=keys, how="inner")
     if len(m) == 0:
         return pd.DataFrame(columns=cols)
-    m["speedup"] = _num(m["tokens_per_s"]) / _num(m["ar_tps"])
+    m["speedup"] = _num(pd.Series([speedup([a], [b]) for a, b in zip(_num(m["tokens_per_s"]), _num(m["ar_tps"]))],
+                                  index=m.index, dtype=object))
     if "q_rouge_l_vs_ar" in m:
         m["rouge_l_vs_ar"] = _num(m["q_rouge_l_vs_ar"])
     elif "quality" in m:
@@ -509,8 +507,8 @@ def sweep_table(df: pd.DataFrame, strategy: str, param: str) -> pd.DataFrame:
     tokens/s of the run's `ar` rows; ROUGE-L vs ar = mean over those rows; perplexity change = their mean
     perplexity / ar's mean perplexity - 1 (%). Runs with the same value, category and variant are then averaged
     (`runs` counts them, `n` the results). `variant` names the strategy's other parameters where they differ
-    between the rows (e.g. two adapters), so unlike settings never share a line; 'all' is added for runs with
-    several categories, as in `speedup_table`."""
+    between the rows (e.g. two adapters), so unlike settings never share a line; categories and 'all' by
+    `paradec.metrics.by_category`, as in `speedup_table`."""
     df = _sweep_rows(df)
     if len(df) == 0:
         return pd.DataFrame(columns=SWEEP_COLUMNS)
@@ -523,22 +521,20 @@ def sweep_table(df: pd.DataFrame, strategy: str, param: str) -> pd.DataFrame:
     mine = mine.assign(_variant=mine["params"].map(
         lambda p: ", ".join(f"{k}={_params(p).get(k)}" for k in varying)))
     points = []
-    for run_id, d_run in df[df["run_id"].isin(set(mine["run_id"]))].groupby("run_id"):
-        cats = list(d_run.groupby("category")) + ([("all", d_run)] if d_run["category"].nunique() > 1 else [])
-        for cat, d in cats:
-            ar = d[d["strategy"] == "ar"]
-            m = mine[mine.index.isin(d.index)]
-            ar_tps = _num(ar["tokens_per_s"]).dropna().tolist()
-            ar_ppl = _quality_values(ar, "perplexity").dropna()
-            for (value, variant), dv in m.groupby(["_value", "_variant"]):
-                sp = speedup(_num(dv["tokens_per_s"]).dropna().tolist(), ar_tps)
-                rouge = _quality_values(dv, "rouge_l_vs_ar").dropna()
-                ppl = _quality_values(dv, "perplexity").dropna()
-                change = (100 * (ppl.mean() / ar_ppl.mean() - 1)) if len(ppl) and len(ar_ppl) and ar_ppl.mean() \
-                    else None
-                points.append({"run_id": int(run_id), "value": value, "category": str(cat), "variant": variant,
-                               "speedup": sp, "rouge_l_vs_ar": rouge.mean() if len(rouge) else None,
-                               "ppl_change_pct": change, "n": len(dv)})
+    for run_id, cat, d in by_category(df[df["run_id"].isin(set(mine["run_id"]))]):
+        ar = d[d["strategy"] == "ar"]
+        m = mine[mine.index.isin(d.index)]
+        ar_tps = _num(ar["tokens_per_s"]).dropna().tolist()
+        ar_ppl = _quality_values(ar, "perplexity").dropna()
+        for (value, variant), dv in m.groupby(["_value", "_variant"]):
+            sp = speedup(_num(dv["tokens_per_s"]).dropna().tolist(), ar_tps)
+            rouge = _quality_values(dv, "rouge_l_vs_ar").dropna()
+            ppl = _quality_values(dv, "perplexity").dropna()
+            change = (100 * (ppl.mean() / ar_ppl.mean() - 1)) if len(ppl) and len(ar_ppl) and ar_ppl.mean() \
+                else None
+            points.append({"run_id": int(run_id), "value": value, "category": str(cat), "variant": variant,
+                           "speedup": sp, "rouge_l_vs_ar": rouge.mean() if len(rouge) else None,
+                           "ppl_change_pct": change, "n": len(dv)})
     if not points:
         return pd.DataFrame(columns=SWEEP_COLUMNS)
     p = pd.DataFrame(points)
