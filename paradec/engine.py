@@ -3,11 +3,16 @@
 Strategies never call the model directly; they use:
   * `forward(ids, cache, positions, mask, logits_to_keep)` - one forward pass with a KV cache;
   * `new_cache()`, `cache_len(cache)`, `crop(cache, length)` - cache creation and rollback;
+  * `cache_kv(cache)`, `cache_from_kv(kv)`, `copy_cache`, `repeat_cache`, `concat_rows` - every other cache
+    edit (reading each layer's keys and values, building, copying, batch expansion, laying rows end to end), so
+    the cache's layout in transformers is known here only;
   * `prefill_batch(rows, ...)` - left-padded batched prefill with attention mask and per-row positions;
+    `batch_mask(mask2d, q)` - the causal + padding mask of such a batch;
   * `encode(request)` / `decode(ids)` - chat template or raw completion, and text.
 """
 from __future__ import annotations
 
+import copy
 import os
 import re
 from pathlib import Path
@@ -214,6 +219,35 @@ class Engine:
         if remove > 0:
             cache.crop(-remove)
 
+    @staticmethod
+    def cache_kv(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's (keys, values), (B, heads, T, head_dim): views of the cache's own tensors."""
+        return [(layer.keys, layer.values) for layer in cache.layers]
+
+    def cache_from_kv(self, kv):
+        """A new cache holding the given per-layer (keys, values)."""
+        cache = self.new_cache()
+        for li, (k, v) in enumerate(kv):
+            cache.update(k, v, li)
+        return cache
+
+    @staticmethod
+    def copy_cache(cache):
+        """An independent copy of `cache` (extending or cropping one leaves the other as it was)."""
+        return copy.deepcopy(cache)
+
+    def repeat_cache(self, cache, times: int):
+        """A new cache whose batch is `times` copies of `cache`'s batch (copy-major: row t * B + b)."""
+        return self.cache_from_kv([(k.repeat(times, 1, 1, 1), v.repeat(times, 1, 1, 1))
+                                   for k, v in self.cache_kv(cache)])
+
+    def concat_rows(self, cache, starts: list[int]):
+        """A new single-sequence cache holding row i of `cache` from position starts[i] on, the rows laid end to
+        end in order (pcw's context windows)."""
+        return self.cache_from_kv([(torch.cat([k[i:i + 1, :, s:] for i, s in enumerate(starts)], dim=-2),
+                                    torch.cat([v[i:i + 1, :, s:] for i, s in enumerate(starts)], dim=-2))
+                                   for k, v in self.cache_kv(cache)])
+
     @torch.inference_mode()
     def forward(self, ids, cache=None, positions=None, mask=None, logits_to_keep: int = 0, embeds=None,
                 upcast: bool = True):
@@ -269,10 +303,10 @@ class Engine:
                                                                                           device=self.device)
         positions = (start + new_mask.cumsum(1) - 1).clamp_min(0)
         cache = cache if cache is not None else self.new_cache()
-        logits = self.forward(ids, cache, positions, self._batch_mask(mask, T), logits_to_keep=1)
+        logits = self.forward(ids, cache, positions, self.batch_mask(mask, T), logits_to_keep=1)
         return logits[:, -1], cache, mask, positions[:, -1] + 1
 
-    def _batch_mask(self, mask2d: torch.Tensor, q: int) -> torch.Tensor:
+    def batch_mask(self, mask2d: torch.Tensor, q: int) -> torch.Tensor:
         """Causal + padding additive mask (B, 1, q, L) for the last q of L positions."""
         L = mask2d.shape[1]
         causal = torch.ones(q, L, dtype=torch.bool, device=self.device).tril(L - q)
@@ -287,7 +321,7 @@ class Engine:
     def decode_batch(self, tokens: torch.Tensor, cache, mask: torch.Tensor, positions: torch.Tensor):
         """One batched decode step after prefill_batch. tokens (B,), positions (B,). Returns (logits (B,V), mask)."""
         mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=self.device)], 1)
-        logits = self.forward(tokens.view(-1, 1), cache, positions.view(-1, 1), self._batch_mask(mask, 1))
+        logits = self.forward(tokens.view(-1, 1), cache, positions.view(-1, 1), self.batch_mask(mask, 1))
         return logits[:, -1], mask
 
     def sync(self) -> None:

@@ -28,49 +28,42 @@ Candidates are computed once from the prompt's dynamic prompt and kept while the
 the latest dynamic prompt every k generated tokens (the paper's per-token scheme when k = 1), which
 re-encodes the local context each time.
 
+The deltas are a gated adapter (paradec/adapters.py) whose gate is the last position of a pass: attached
+once per model, active only inside `adapter.applied(model)` / `adapter.gated()`. The cache work (batch
+expansion, reading each layer's keys and values, a cache built from the candidates) goes through the engine.
+
 Files (default folder `<model>/focus/`): `adapter.safetensors` (one delta matrix per projection) and
-`focus_config.json` (dynamic prompt length, the base model's shape for a compatibility check, training
-figures).
+`focus_config.json` (dynamic prompt length, the base model's shape and, since the shared adapter base, its
+weights' fingerprint for a compatibility check, training figures).
 """
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import re
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from .lud import base_signature, target_linears
+from .adapters import AdapterError, GatedAdapter, base_record, key, target_linears
 
 FORMAT = "paradec-focus"
 VERSION = 1
-ADAPTER_DIR = "focus"
 WEIGHTS = "adapter.safetensors"
 CONFIG = "focus_config.json"
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
-TRAIN_HINT = "train it: python -m paradec train focus --model {model}"
 
 
-class FocusError(Exception):
-    """FocusLLM parameters are missing or do not fit the model."""
-
-
-def _key(name: str) -> str:
-    return name.replace(".", "__")
-
-
-class FocusAdapter(nn.Module):
+class FocusAdapter(GatedAdapter):
     """One trainable delta per attention projection, applied only at the last position of a forward pass."""
+
+    KIND, WHAT, FORMAT, CONFIG, WEIGHTS = "focus", "FocusLLM parameters", FORMAT, CONFIG, WEIGHTS
+    DEFAULT_GATE = 1               # the candidate token: the last position of every forward inside the gate
 
     def __init__(self, shapes: dict[str, tuple[int, int]], dynamic: int = 16, meta: dict | None = None):
         super().__init__()
         self.names = sorted(shapes)
         self.dynamic = int(dynamic)
         self.meta = dict(meta or {})
-        self.delta = nn.ParameterDict({_key(n): nn.Parameter(torch.zeros(o, i)) for n, (i, o) in shapes.items()})
+        self.delta = nn.ParameterDict({key(n): nn.Parameter(torch.zeros(o, i)) for n, (i, o) in shapes.items()})
 
     @classmethod
     def for_model(cls, model, dynamic: int = 16, meta: dict | None = None, all_layers: bool = False) -> "FocusAdapter":
@@ -79,85 +72,44 @@ class FocusAdapter(nn.Module):
         which the training's optional candidate loss reads)."""
         lin = target_linears(model, PROJECTIONS)
         if len(lin) < 4:
-            raise FocusError(f"{type(model).__name__} has no attention projections named {', '.join(PROJECTIONS)} "
-                             "inside decoder layers; FocusLLM here needs a Llama-style model")
+            raise AdapterError(f"{type(model).__name__} has no attention projections named {', '.join(PROJECTIONS)} "
+                               "inside decoder layers; FocusLLM here needs a Llama-style model")
         # the last layer's q and o projections cannot change any key or value the local context reads
         last = max(int(re.search(r"\.layers\.(\d+)\.", n).group(1)) for n in lin)
         if not all_layers:
             lin = {n: m for n, m in lin.items() if not (f".layers.{last}." in n and n.endswith(("q_proj", "o_proj")))}
         ad = cls({n: (m.in_features, m.out_features) for n, m in lin.items()}, dynamic,
-                 {"base": base_signature(model), **(meta or {})})
+                 {**base_record(model), **(meta or {})})
         return ad.to(next(model.parameters()).device)
 
-    def fits(self, model) -> bool:
-        b = self.meta.get("base") or {}
-        mine = base_signature(model)
-        return all(b.get(k) == mine[k] for k in ("model_type", "hidden_size", "num_hidden_layers", "vocab_size"))
+    def delta_for(self, name: str):
+        w = self.delta[key(name)]
 
-    # ------------------------------------------------------------------ hooks
-    def _hook(self, key: str):
-        w = self.delta[key]
-
-        def hook(_mod, inputs, out):
-            x = inputs[0][:, -1:]
-            d = (x.to(w.dtype) @ w.t()).to(out.dtype)
-            if torch.is_grad_enabled():
-                return torch.cat([out[:, :-1], out[:, -1:] + d], 1)
-            out[:, -1:] += d
-            return out
-        return hook
-
-    @contextlib.contextmanager
-    def applied(self, model):
-        """Inside the block, the last position of every forward of `model` is a candidate token."""
-        mods = dict(model.named_modules())
-        missing = [n for n in self.names if n not in mods]
-        if missing:
-            raise FocusError(f"the model has no module {missing[0]}: these FocusLLM parameters belong to another model")
-        handles = [mods[n].register_forward_hook(self._hook(_key(n))) for n in self.names]
-        try:
-            yield self
-        finally:
-            for h in handles:
-                h.remove()
+        def fn(x):
+            return x.to(w.dtype) @ w.t()
+        return fn
 
     # ------------------------------------------------------------------ files
-    def config(self) -> dict:
+    def file_config(self) -> dict:
         return {"format": FORMAT, "version": VERSION, "dynamic": self.dynamic, "modules": self.names, **self.meta}
 
-    def save(self, folder, meta: dict | None = None) -> Path:
-        from safetensors.torch import save_file
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        if meta:
-            self.meta.update(meta)
-        state = {k: v.detach().float().cpu().contiguous() for k, v in self.state_dict().items()}
-        tmp = folder / (WEIGHTS + ".tmp")
-        save_file(state, str(tmp), metadata={"format": FORMAT})
-        os.replace(tmp, folder / WEIGHTS)
-        (folder / CONFIG).write_text(json.dumps(self.config(), indent=1, default=str) + "\n")
-        return folder
+    def shapes(self) -> dict[str, tuple[int, int]]:
+        return {n: tuple(self.delta[key(n)].shape[::-1]) for n in self.names}
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().float().cpu().contiguous() for k, v in self.state_dict().items()}
 
     @classmethod
-    def load(cls, folder, device=None) -> "FocusAdapter":
-        from safetensors.torch import load_file
-        folder = Path(folder)
-        if not (folder / WEIGHTS).exists() or not (folder / CONFIG).exists():
-            raise FocusError(f"no FocusLLM parameters at {folder} (expected {WEIGHTS} and {CONFIG})")
-        cfg = json.loads((folder / CONFIG).read_text())
-        if cfg.get("format") != FORMAT:
-            raise FocusError(f"{folder / CONFIG} is not a paradec FocusLLM config")
-        state = load_file(str(folder / WEIGHTS))
-        shapes = {}
-        for n in cfg["modules"]:
-            o, i = state[f"delta.{_key(n)}"].shape
-            shapes[n] = (i, o)
+    def file_shapes(cls, cfg: dict, state: dict) -> dict[str, tuple[int, int]]:
+        return {n: tuple(state[f"delta.{key(n)}"].shape[::-1]) for n in cfg["modules"]}
+
+    @classmethod
+    def from_files(cls, cfg: dict, state: dict, model=None) -> "FocusAdapter":
+        shapes = cls.file_shapes(cfg, state)
         meta = {k: v for k, v in cfg.items() if k not in ("format", "version", "dynamic", "modules")}
         ad = cls(shapes, cfg["dynamic"], meta)
         ad.load_state_dict(state)
-        if device is not None:
-            ad.to(device)
-        return ad.eval().requires_grad_(False)
+        return ad.requires_grad_(False)
 
 
 # ---------------------------------------------------------------------- the passes
@@ -177,14 +129,6 @@ def rerotate(model, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
     return keys * cos + rotated_half * sin
 
 
-def expand_cache(engine, cache, times: int):
-    """A new cache whose batch is `times` copies of `cache`'s batch (copy-major: row = t * B + b)."""
-    out = engine.new_cache()
-    for li, layer in enumerate(cache.layers):
-        out.update(layer.keys.repeat(times, 1, 1, 1), layer.values.repeat(times, 1, 1, 1), li)
-    return out
-
-
 def candidate_pass(engine, adapter: FocusAdapter, chunk_cache, chunk_mask: torch.Tensor | None,
                    chunk_next: torch.Tensor, dynamic: torch.Tensor, groups: int = 1, want_logits: bool = False):
     """One batched forward of the dynamic prompts after the chunks: returns [(k, v)] per layer, each
@@ -193,7 +137,9 @@ def candidate_pass(engine, adapter: FocusAdapter, chunk_cache, chunk_mask: torch
     chunk_cache: batch of R = groups * n rows (group-major); chunk_mask (R, T) of real chunk positions or None
     (no padding); chunk_next (R,) the first free position of each row; dynamic (R, d) token ids.
     The chunk cache is restored to its length before returning (the dynamic prompts are cropped off).
-    With `want_logits`, returns (that list, the candidates' own next-token logits (R, V))."""
+    With `want_logits`, returns (that list, the candidates' own next-token logits (R, V)).
+    Under inference mode (decoding) the pass goes through `engine.forward`; outside it (training and its
+    evaluation) through the model itself, whose cache tensors autograd may then use."""
     model = engine.model
     R, d = dynamic.shape
     T = engine.cache_len(chunk_cache)
@@ -201,64 +147,42 @@ def candidate_pass(engine, adapter: FocusAdapter, chunk_cache, chunk_mask: torch
     mask = None
     if chunk_mask is not None:
         full = torch.cat([chunk_mask, torch.ones((R, d), dtype=chunk_mask.dtype, device=engine.device)], 1)
-        mask = engine._batch_mask(full, d)
+        mask = engine.batch_mask(full, d)
     dynamic = dynamic.to(engine.device)
-    if torch.is_grad_enabled() and d > 1:
-        # training: the dynamic prompt before the candidate does not depend on the trained deltas, so it
-        # runs without a graph and only the candidate position is differentiated
-        with torch.no_grad():
-            model(input_ids=dynamic[:, :-1], past_key_values=chunk_cache, position_ids=pos[:, :-1],
-                  attention_mask=mask[..., :-1, :-1] if mask is not None else None, use_cache=True, logits_to_keep=1)
-        dynamic, pos = dynamic[:, -1:], pos[:, -1:]
-        mask = mask[..., -1:, :] if mask is not None else None
+    if torch.is_inference_mode_enabled():
+        def run(ids, positions, m):
+            return engine.forward(ids, chunk_cache, positions, m, logits_to_keep=1)
+    else:
+        def run(ids, positions, m):
+            return model(input_ids=ids, past_key_values=chunk_cache, position_ids=positions, attention_mask=m,
+                         use_cache=True, logits_to_keep=1).logits
+        if torch.is_grad_enabled() and d > 1:
+            # training: the dynamic prompt before the candidate does not depend on the trained deltas, so it
+            # runs without a graph and only the candidate position is differentiated
+            with torch.no_grad():
+                run(dynamic[:, :-1], pos[:, :-1], mask[..., :-1, :-1] if mask is not None else None)
+            dynamic, pos = dynamic[:, -1:], pos[:, -1:]
+            mask = mask[..., -1:, :] if mask is not None else None
     with adapter.applied(model):
-        res = model(input_ids=dynamic, past_key_values=chunk_cache, position_ids=pos,
-                    attention_mask=mask, use_cache=True, logits_to_keep=1)
+        logits = run(dynamic, pos, mask)
     n = R // groups
     target = torch.arange(n, device=engine.device).repeat(groups)            # each group's chunks: 0..n-1
     shift = (target - pos[:, -1]).view(R, 1)
     out = []
-    for layer in chunk_cache.layers:
-        k = rerotate(model, layer.keys[:, :, -1:], shift)                   # (R, H, 1, D)
-        v = layer.values[:, :, -1:]
+    for keys, values in engine.cache_kv(chunk_cache):
+        k = rerotate(model, keys[:, :, -1:], shift)                          # (R, H, 1, D)
+        v = values[:, :, -1:]
         H, D = k.shape[1], k.shape[-1]
         out.append((k.view(groups, n, H, D).transpose(1, 2), v.reshape(groups, n, H, v.shape[-1]).transpose(1, 2)))
     engine.crop(chunk_cache, T)
-    return (out, res.logits[:, -1].float()) if want_logits else out
+    return (out, logits[:, -1].float()) if want_logits else out
 
 
 def local_cache(engine, candidates):
     """A cache holding the candidates' keys/values (positions 0..n-1), ready for the local context."""
-    cache = engine.new_cache()
-    for li, (k, v) in enumerate(candidates):
-        cache.update(k, v, li)
-    return cache
+    return engine.cache_from_kv(candidates)
 
 
 # ---------------------------------------------------------------------- finding an engine's parameters
-
-def model_dir(engine) -> Path | None:
-    p = getattr(engine.model.config, "_name_or_path", "") or ""
-    return Path(p) if p and os.path.isdir(p) else None
-
-
-def hint(engine) -> str:
-    d = model_dir(engine)
-    return TRAIN_HINT.format(model=d if d is not None else engine.name)
-
-
-def adapter_for(engine, path=None) -> FocusAdapter | None:
-    """engine.extras['focus'] if set, else the parameters at `path`, else <model folder>/focus/; None when
-    there are none. Loaded parameters are cached on the engine."""
-    if path:
-        cache = engine.extras.setdefault("focus_paths", {})
-        if str(path) not in cache:
-            cache[str(path)] = FocusAdapter.load(path, device=engine.device)
-        return cache[str(path)]
-    ad = engine.extras.get("focus")
-    if ad is None:
-        d = model_dir(engine)
-        if d is None or not (d / ADAPTER_DIR / WEIGHTS).exists():
-            return None
-        ad = engine.extras["focus"] = FocusAdapter.load(d / ADAPTER_DIR, device=engine.device)
-    return ad
+adapter_for = FocusAdapter.find              # None when there are none; AdapterError when they do not fit
+hint = FocusAdapter.hint

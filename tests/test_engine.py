@@ -133,6 +133,47 @@ def test_batched_prefill_matches_single(tiny_engine):
         assert torch.allclose(single, step[i], atol=1e-4)
 
 
+def test_cache_surgery_methods(tiny_engine):
+    """The engine's public cache edits: reading keys/values, building from them, copying, batch expansion, rows
+    laid end to end, and the batch mask - each against the computation it stands for."""
+    e = tiny_engine
+    g = torch.Generator().manual_seed(2)
+    rows = [torch.randint(10, 8000, (n,), generator=g).tolist() for n in (9, 5, 7)]
+    _, bcache, mask, _ = e.prefill_batch(rows)
+    kv = e.cache_kv(bcache)
+    assert len(kv) == e.model.config.num_hidden_layers and kv[0][0].shape[:3] == (3, kv[0][0].shape[1], 9)
+    # concat_rows: row i from starts[i] on, end to end, batch 1
+    starts = [9 - len(r) for r in rows]
+    joined = e.concat_rows(bcache, starts)
+    assert e.cache_len(joined) == sum(map(len, rows))
+    for (k, v), (jk, jv) in zip(kv, e.cache_kv(joined)):
+        assert jk.shape[0] == 1
+        assert torch.equal(jk, torch.cat([k[i:i + 1, :, s:] for i, s in enumerate(starts)], -2))
+        assert torch.equal(jv, torch.cat([v[i:i + 1, :, s:] for i, s in enumerate(starts)], -2))
+    # cache_from_kv rebuilds a cache that continues exactly like the original
+    ids = e.tokenizer("one two three four")["input_ids"]
+    cache = e.new_cache()
+    e.forward(ids, cache)
+    rebuilt = e.cache_from_kv([(k.clone(), v.clone()) for k, v in e.cache_kv(cache)])
+    assert torch.equal(e.forward([5], rebuilt)[0, -1], e.forward([5], e.copy_cache(cache))[0, -1])
+    # copy_cache: extending the copy leaves the original as it was
+    twin = e.copy_cache(cache)
+    e.forward([6, 7], twin)
+    assert e.cache_len(twin) == len(ids) + 2 and e.cache_len(cache) == len(ids)
+    # repeat_cache: copy-major batch expansion, the original untouched
+    rep = e.repeat_cache(bcache, 2)
+    for (k, v), (rk, rv) in zip(kv, e.cache_kv(rep)):
+        assert rk.shape[0] == 6 and torch.equal(rk[3:], k) and torch.equal(rk[:3], k) and torch.equal(rv[4], v[1])
+    assert e.cache_kv(bcache)[0][0].shape[0] == 3
+    # batch_mask: causal + padding, a fully padded query row sees itself (no NaN)
+    m = e.batch_mask(torch.tensor([[0, 1, 1], [1, 1, 1]]), 2)
+    allowed = m == 0
+    assert m.shape == (2, 1, 2, 3)
+    assert allowed[0, 0].tolist() == [[False, True, False], [False, True, True]]
+    assert allowed[1, 0].tolist() == [[True, True, False], [True, True, True]]
+    assert e.batch_mask(torch.tensor([[0, 0, 1]]), 2)[0, 0, 0].eq(0).tolist() == [False, True, False]
+
+
 def test_cache_crop_rolls_back(tiny_engine):
     e = tiny_engine
     ids = e.tokenizer("one two three four")["input_ids"]

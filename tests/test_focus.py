@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from paradec import focus as F
+from paradec.adapters import AdapterError, fingerprint
 from paradec.strategies import Request, RequestError, get
 from paradec.testing import random_engine
 from paradec.training import focus_train as T
@@ -226,6 +227,15 @@ def test_training_loss_falls_and_parameters_load(eng, trained):
     a = _run(eng, _long_prompt(200), adapter=str(out))[0]
     eng.extras["focus"] = F.FocusAdapter.load(out)
     assert _run(eng, _long_prompt(200))[0] == a
+
+
+def test_trained_parameters_record_the_base_model(eng, trained):
+    """The trainer saves through the shared adapter files (paradec/adapters.py): the format tag and the base
+    model's fingerprint, so parameters for other weights of the same shape are refused."""
+    cfg = json.loads((trained[1] / "focus_config.json").read_text())
+    assert cfg["format"] == "paradec-focus" and cfg["base_fingerprint"] == fingerprint(eng.model)
+    with pytest.raises(AdapterError, match="trained for .* not for .*train focus"):
+        F.adapter_for(random_engine(5), trained[1])
 
 
 def test_resume_from_checkpoint(eng, tmp_path):

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from paradec.lud import (AdapterError, LUDAdapter, LUDConfig, adapter_for, base_signature, load_adapter,
+from paradec.adapters import base_signature, fingerprint
+from paradec.lud import (AdapterError, LUDAdapter, LUDConfig, adapter_for, load_adapter,
                          pad_group_mask)
 from paradec.race import run_alone
 from paradec.strategies import Request, RequestError, get
@@ -125,6 +126,15 @@ def test_load_refuses_another_model(trained):
     other = random_engine(0, hidden=32)
     with pytest.raises(AdapterError, match="hidden_size"):
         load_adapter(out, other.model)
+
+
+def test_trained_parameters_record_the_base_model(eng, trained):
+    """The trainer saves through the shared adapter files (paradec/adapters.py): the format tag and the base
+    model's fingerprint, so parameters for other weights of the same shape are refused."""
+    cfg = json.loads((trained[1] / "lud_config.json").read_text())
+    assert cfg["format"] == "paradec-lud" and cfg["base_fingerprint"] == fingerprint(eng.model)
+    with pytest.raises(AdapterError, match="other weights"):
+        load_adapter(trained[1], random_engine(4).model)
 
 
 def test_resume_from_checkpoint(eng, tmp_path):

@@ -45,8 +45,8 @@ class FocusLLM(Strategy):
     }
 
     def available(self, engine) -> tuple[bool, str]:
-        return trained_availability("the FocusLLM parameters", lambda: F.adapter_for(engine),
-                                    lambda ad: ad.fits(engine.model), F.hint(engine))
+        return trained_availability("the FocusLLM parameters", lambda: F.adapter_for(engine), lambda ad: True,
+                                    F.hint(engine))       # adapter_for refuses parameters made for another model
 
     def layout(self, engine, request: Request, dynamic: int) -> dict:
         p = self.resolve_params(request, engine)
@@ -72,11 +72,7 @@ class FocusLLM(Strategy):
         return {"chunks": chunks, "question": question, "window": window, "refresh": p["refresh"]}
 
     def stream(self, engine, request: Request):
-        ad = F.adapter_for(engine, self.resolve_params(request, engine)["adapter"] or None)
-        if ad is None:
-            raise FileNotFoundError(f"no FocusLLM parameters for {engine.name}: {F.hint(engine)}")
-        if not ad.fits(engine.model):
-            raise F.FocusError(f"these FocusLLM parameters were trained for another model; {F.hint(engine)}")
+        ad = F.FocusAdapter.require(engine, self.resolve_params(request, engine)["adapter"] or None)
         lay = self.layout(engine, request, ad.dynamic)
         chunks, local = lay["chunks"], list(lay["question"])
         n = len(chunks)

@@ -4,8 +4,8 @@ Each step is one forward pass over  [tokens accepted last step] + [k-1 pad slots
 after the last real token; causal attention, so the pad slots see the whole context and the earlier pads):
 
 * the logits at the last real position are the base model's own (the adapter is gated to pad slots, see
-  paradec/lud.py): the first token is picked from them exactly as `ar` picks it - argmax when greedy, the
-  request's u stream (u_i for output token i) when sampling - and is always accepted;
+  paradec/lud.py and paradec/adapters.py): the first token is picked from them exactly as `ar` picks it -
+  argmax when greedy, the request's u stream (u_i for output token i) when sampling - and is always accepted;
 * pad slot j predicts the token j places after it. Slots are read in order and accepted while the slot's
   top class has probability (softmax of the raw logits plus the adapter's STOP class) strictly above
   `threshold`, is not STOP ("the lexical unit ended"), and passes the repetition rule; the first refused
@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import torch
 
-from ..lud import AdapterError, adapter_for, has_adapter
+from ..lud import AdapterError, LUDAdapter
 from ..sampling import next_tokens
-from .base import Output, Param, Request, RequestError, Strategy, register, u_stream
-
-TRAIN_HINT = "train it: python -m paradec train lud --model <path>"
+from .base import Output, Param, Request, RequestError, Strategy, register, trained_availability, u_stream
 
 
 @register
@@ -45,17 +43,16 @@ class LexicalUnits(Strategy):
     }
 
     def available(self, engine) -> tuple[bool, str]:
-        if has_adapter(engine):
-            return True, ""
-        return False, TRAIN_HINT.replace("<path>", str(getattr(engine.model.config, "_name_or_path", "") or "<path>"))
+        return trained_availability("the LUD parameters", lambda: LUDAdapter.find(engine), lambda ad: True,
+                                    LUDAdapter.hint(engine))    # find refuses parameters made for another model
 
     def stream(self, engine, request: Request):
         p = self.resolve_params(request, engine)
         ids = request.validate(engine)
         try:
-            adapter = adapter_for(engine, p["adapter"] or None)
-        except AdapterError as e:
-            raise RequestError(f"lud: {e}; {TRAIN_HINT}") from e
+            adapter = LUDAdapter.require(engine, p["adapter"] or None)
+        except (AdapterError, FileNotFoundError) as e:
+            raise RequestError(f"lud: {e}") from e
         threshold, max_rep = p["threshold"], p["max_repeat"]
         sp, us = request.sampling, u_stream(request)
         out = Output(engine, request)
@@ -68,7 +65,7 @@ class LexicalUnits(Strategy):
             tokens = feed + [engine.pad_id] * n_pad
             gate = torch.zeros(len(tokens), dtype=torch.bool)
             gate[len(feed):] = True
-            with adapter.applied(engine.model, gate):
+            with adapter.gated(gate):
                 logits = engine.forward(tokens, cache, logits_to_keep=n_pad + 1)[0]
             V = logits.shape[-1] - 1        # the applied adapter adds column V: its STOP class
             first = int(next_tokens(logits[0, :V], sp, us[len(out.ids)] if us else None))

@@ -76,13 +76,7 @@ def encode_chunks(engine, chunks: list[list[int]], shared_len: int = 0):
     single-sequence cache holding chunk 0 whole and every later chunk without its first `shared_len` tokens."""
     _, bcache, mask, _ = engine.prefill_batch(chunks)
     T = mask.shape[1]
-    starts = [T - len(c) + (shared_len if i else 0) for i, c in enumerate(chunks)]
-    cache = engine.new_cache()
-    for li, layer in enumerate(bcache.layers):
-        k = torch.cat([layer.keys[i:i + 1, :, s:] for i, s in enumerate(starts)], dim=-2)
-        v = torch.cat([layer.values[i:i + 1, :, s:] for i, s in enumerate(starts)], dim=-2)
-        cache.update(k, v, li)
-    return cache
+    return engine.concat_rows(bcache, [T - len(c) + (shared_len if i else 0) for i, c in enumerate(chunks)])
 
 
 @register

@@ -97,9 +97,7 @@ class ParallelTokenPrediction(Strategy):
     def stream(self, engine, request: Request):
         ids = request.validate(engine)
         p = self.resolve_params(request, engine)
-        ad = P.adapter_for(engine, p["adapter"] or None)
-        if ad is None:
-            raise FileNotFoundError(f"no PTP adapter for {engine.name}: {P.hint(engine)}")
+        ad = P.PTPAdapter.require(engine, p["adapter"] or None)
         sp = request.sampling
         us = u_stream(request)                        # verification (None = greedy: argmax)
         ud = us if us is not None else UStream(request.seed)   # the u's the slots carry

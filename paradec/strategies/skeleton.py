@@ -39,7 +39,6 @@ Sampling. The skeleton uses the request's u stream (seed); point b uses its own 
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import re
 import time
@@ -423,7 +422,7 @@ class SkeletonOfThought(Strategy):
             groups = [(prompts, outs, streams, prefix, headers)]
         else:   # one point at a time; each starts from its own copy of the skeleton pass's cache
             groups = [([prompts[i]], [outs[i]], [streams[i]],
-                       None if prefix is None else (copy.deepcopy(prefix[0]), prefix[1]), [headers[i]])
+                       None if prefix is None else (engine.copy_cache(prefix[0]), prefix[1]), [headers[i]])
                       for i in range(len(prompts))]
         last = None
         for gi, (g_prompts, g_outs, g_streams, g_prefix, g_headers) in enumerate(groups):

@@ -38,7 +38,8 @@ def add_run_args(p, what: str, ckpt_every: int, seed: int = 0) -> None:
     p.add_argument("--max-docs", type=int, default=0, help="use only this many corpus documents (0 = all)")
     p.add_argument("--ckpt-every", type=int, default=ckpt_every)
     p.add_argument("--seed", type=int, default=seed)
-    p.add_argument("--out", help=f"output folder (default <model>/{what})")
+    p.add_argument("--out", help=f"output folder (default: data/adapters/<model>/{what} for a model paradec ships "
+                                 f"parameters for, else <model>/{what})")
     p.add_argument("--work", help="checkpoint folder (default <out>/.checkpoint, removed when training ends)")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, help="CPU threads for torch")
@@ -53,18 +54,17 @@ def optimizer_step(loss, params, opt, clip: float = 1.0) -> None:
     opt.zero_grad(set_to_none=True)
 
 
-def engine_and_out(args, subdir: str):
-    """(engine, output folder) for an adapter trainer's --model/--device/--threads/--out, or (None, why)."""
-    from ..engine import Engine, ModelError, resolve_model
+def engine_and_out(args, adapter_cls):
+    """(engine, output folder) for an adapter trainer's --model/--device/--threads/--out, or (None, why). The
+    default folder is the one the adapter's kind is looked for first (`GatedAdapter.default_dir`)."""
+    from ..engine import Engine, ModelError
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
         engine = Engine.load(args.model, device=args.device, dtype="float32")
-        path, local = resolve_model(args.model)
     except ModelError as e:
         return None, str(e)
-    if args.out:
-        return engine, Path(args.out)
-    if local:
-        return engine, Path(path) / subdir
-    return None, "the model is not a local folder; pass --out DIR for the parameters"
+    out = Path(args.out) if args.out else adapter_cls.default_dir(engine)
+    if out is None:
+        return None, "the model is not a local folder; pass --out DIR for the parameters"
+    return engine, out

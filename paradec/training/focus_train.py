@@ -18,7 +18,8 @@ targets: the `refresh` = 0 regime the strategy runs by default). Two kinds of qu
 
 Only the deltas train (full rank, zero at the start); the base model is frozen. Checkpoints every
 --ckpt-every steps (atomic), resumable; the parameters are written beside the model (`<model>/focus/`)
-at every checkpoint, with the held-out figures in focus_config.json and a card (README.md).
+at every checkpoint (through the shared adapter files, paradec/adapters.py), with the held-out figures in
+focus_config.json and a card (README.md).
 """
 from __future__ import annotations
 
@@ -124,7 +125,7 @@ def batch_logits(engine, adapter, batch: dict, memory: bool = True, candidate_lo
         with torch.no_grad():
             ccache = engine.new_cache()
             model(input_ids=chunks, past_key_values=ccache, use_cache=True, logits_to_keep=1)
-            ccache = F.expand_cache(engine, ccache, Q)
+            ccache = engine.repeat_cache(ccache, Q)
         dyn = local[:, -adapter.dynamic:].repeat_interleave(n, 0)
         nxt = torch.full((Q * n,), chunks.shape[1], device=dev)
         kv = F.candidate_pass(engine, adapter, ccache, None, nxt, dyn, groups=Q, want_logits=candidate_logits)
@@ -238,7 +239,7 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
     if max(int(s) for s in cfg.chunk_sizes.split(",")) + cfg.dynamic > engine.context_length:
         raise ValueError(f"a chunk size in {cfg.chunk_sizes} plus the {cfg.dynamic}-token dynamic prompt exceeds the "
                          f"model's context of {engine.context_length}")
-    adapter = F.FocusAdapter.for_model(model, cfg.dynamic, all_layers=cfg.candidate_loss > 0)
+    adapter = F.FocusAdapter.for_model(model, cfg.dynamic, all_layers=cfg.candidate_loss > 0).attach(model)
     opt = torch.optim.AdamW(adapter.parameters(), lr=cfg.lr, weight_decay=0.0)
     rng = random.Random(cfg.seed)
     state = {"step": 0, "elapsed_s": 0.0, "history": [], "eval": []}
@@ -294,16 +295,19 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
                 log(f"held-out at step {state['step']}: {state['eval'][-1]}")
             checkpoint.save(ckpt, {"adapter": adapter.state_dict(), "opt": opt.state_dict(), "rng": rng.getstate(),
                                    "state": state, "config": asdict(cfg)})
-            adapter.save(out_dir, {"training": {"config": asdict(cfg), "steps_done": state["step"],
-                                                "train_time_s": round(state["elapsed_s"], 1),
-                                                "history": state["history"], "eval": state["eval"]}})
+            adapter.meta["training"] = {"config": asdict(cfg), "steps_done": state["step"],
+                                        "train_time_s": round(state["elapsed_s"], 1),
+                                        "history": state["history"], "eval": state["eval"]}
+            adapter.save(out_dir)
             t_last = time.time()
     bar.close()
     summary = {"config": asdict(cfg), "steps_done": state["step"], "train_time_s": round(state["elapsed_s"], 1),
                "history": state["history"], "eval": state["eval"], "parameters": n_params,
                "in_window": in_window_reference(engine, streams["val"], cfg, cfg.eval_batches),
                "torch": torch.__version__, "hardware": f"{engine.device}, {torch.get_num_threads()} thread(s)"}
-    adapter.save(out_dir, {"training": summary})
+    adapter.detach()
+    adapter.meta["training"] = summary
+    adapter.save(out_dir)
     write_card(out_dir, summary)
     if own_work:
         shutil.rmtree(work, ignore_errors=True)
@@ -390,7 +394,7 @@ def train_focus_main(argv: list[str]) -> int:
         print(f"error: --chunk-sizes must be comma-separated whole numbers above --targets + 2, got {args.chunk_sizes!r}",
               file=sys.stderr)
         return 2
-    engine, out = checkpoint.engine_and_out(args, F.ADAPTER_DIR)
+    engine, out = checkpoint.engine_and_out(args, F.FocusAdapter)
     if engine is None:
         print(f"error: {out}", file=sys.stderr)
         return 2

@@ -45,7 +45,8 @@ from pathlib import Path
 import torch
 
 from .. import decoding
-from ..lud import LUDAdapter, LUDConfig, base_signature, pad_group_mask
+from ..adapters import base_record, base_signature
+from ..lud import LUDAdapter, LUDConfig, pad_group_mask
 from . import checkpoint
 
 IGNORE = -100
@@ -226,9 +227,9 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
     torch.manual_seed(cfg.seed)
     model = engine.model
     model.eval().requires_grad_(False)
-    lcfg = LUDConfig(rank=cfg.rank, scale=cfg.scale, k=cfg.k, alpha=cfg.alpha, base=base_signature(model),
+    lcfg = LUDConfig(rank=cfg.rank, scale=cfg.scale, k=cfg.k, alpha=cfg.alpha, **base_record(model),
                      targets=[t.strip() for t in cfg.targets.split(",") if t.strip()])
-    adapter = LUDAdapter(model, lcfg).to(engine.device)
+    adapter = LUDAdapter(model, lcfg).to(engine.device).attach(model)
     stop_id = adapter.config.stop_id     # the STOP class: one past the vocabulary
     opt = torch.optim.AdamW(adapter.parameters(), lr=cfg.lr, weight_decay=0.0)
     rng = random.Random(cfg.seed)
@@ -295,16 +296,18 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
             recent = []
             checkpoint.save(ckpt, {"adapter": adapter.state_dict(), "opt": opt.state_dict(), "rng": rng.getstate(),
                                    "state": state, "config": asdict(cfg)})
-            adapter.save(out_dir, {"config": asdict(cfg), "history": state["history"],
-                                   "steps_done": state["step"], "train_time_s": round(state["elapsed_s"], 1)})
+            adapter.config.training = {"config": asdict(cfg), "history": state["history"],
+                                       "steps_done": state["step"], "train_time_s": round(state["elapsed_s"], 1)}
+            adapter.save(out_dir)
             t_last = time.time()
     bar.close()
     summary = {"config": asdict(cfg), "history": state["history"], "steps_done": state["step"],
                "train_time_s": round(state["elapsed_s"], 1), "adapter_parameters": n_params,
                "base": base_signature(model), "torch": torch.__version__,
                "hardware": f"{engine.device}, {torch.get_num_threads()} thread(s)"}
-    adapter.eval().requires_grad_(False)
-    adapter.save(out_dir, summary)
+    adapter.eval().requires_grad_(False).detach()
+    adapter.config.training = summary
+    adapter.save(out_dir)
     write_card(out_dir, summary)
     if own_work:
         shutil.rmtree(work, ignore_errors=True)
@@ -375,7 +378,7 @@ def train_lud_main(argv: list[str]) -> int:
     if not 0.0 < args.alpha < 1.0:
         print("error: --alpha must be between 0 and 1", file=sys.stderr)
         return 2
-    engine, out = checkpoint.engine_and_out(args, "lud")
+    engine, out = checkpoint.engine_and_out(args, LUDAdapter)
     if engine is None:
         print(f"error: {out}", file=sys.stderr)
         return 2

@@ -376,7 +376,7 @@ def train(args) -> Path:
 
     def save(final=False):
         ad.meta.update({
-            "base_model": engine.name, "base_fingerprint": P.fingerprint(engine.model),
+            "base_model": engine.name,
             "trained_with": "python -m paradec train ptp " + " ".join(args.argv),
             "steps": step, "train_minutes": round(elapsed / 60, 2), "teacher_minutes": teacher_min,
             "hardware": f"{cpu_name()} {engine.device}, {engine.dtype}, "
@@ -431,7 +431,7 @@ def train(args) -> Path:
         print(json.dumps(ad.meta["final_eval"]), file=sys.stderr, flush=True)
         elapsed += time.time() - te
     save(final=True)
-    write_card(out, ad.config())
+    write_card(out, ad.file_config())
     print(f"wrote {out}", file=sys.stderr)
     return out
 

@@ -1,0 +1,421 @@
+"""Gated adapters: trained deltas on a frozen model's linears that act only at chosen positions of a forward pass.
+
+PTP (paradec/ptp.py), LUD (paradec/lud.py) and FocusLLM (paradec/focus.py) are each a small subclass of
+`GatedAdapter`; this module is what they share.
+
+* Positions: a `Gate` says where the deltas act in one forward pass - every position, the last n, listed
+  sequence indices, or a (B, T) mask. `with adapter.gated(spec):` opens it for the forwards inside the block;
+  closed, every hook returns at once and the model computes exactly the base model. At ungated positions
+  nothing is added either way, so real tokens keep the base outputs bit for bit.
+* Hooks: `attach(model)` registers the forward hooks once per model (idempotent); `GatedAdapter.find` hands out
+  adapters already attached to the engine's model, so decoding registers and removes nothing per forward.
+  `applied(model, spec)` is the one-off form: attached for the block only when it was not attached already.
+* Files: a folder with `adapter.safetensors` (written atomically) and the kind's JSON config (`CONFIG`); each
+  subclass says which tensors go in under which names (`tensors`, `from_files`), so the files written before
+  this module existed keep their layout and load unchanged.
+* Finding: `find(engine, path)`: engine.extras[kind] when set (tests, trainers), else `path`, else the first
+  folder with the files among <profile adapters>/<kind> (data/adapters/<model>/ for models paradec ships
+  parameters for) and <model folder>/<kind>. `default_dir` is where trainers write: the first of those two.
+* Fit: an adapter records its base model's signature (model type and sizes) and, since this module, a
+  fingerprint of its weights (16 input-embedding rows); one that does not fit is refused with the reason and
+  the command that trains one. Adapters saved before the fingerprint are checked as they were: their recorded
+  signature and module shapes (and PTP's the model's name).
+
+Contract of `find` (each module's `adapter_for`): None when there is no adapter; `AdapterError` (a
+ValueError, saying where, why and how to train one) when there is one that does not fit or cannot be read.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import nn
+
+WEIGHTS = "adapter.safetensors"
+SIGNATURE = ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")
+_DEFAULT = object()        # "no gate given": the adapter's own default gate
+
+
+class AdapterError(ValueError):
+    """Trained parameters are missing, unreadable or do not fit the model; the message says why and what to do."""
+
+
+def key(name: str) -> str:
+    """A module name as a parameter-dict key ('model.layers.0.q_proj' -> 'model__layers__0__q_proj')."""
+    return name.replace(".", "__")
+
+
+def target_linears(model, targets) -> dict[str, nn.Linear]:
+    """{module name: nn.Linear} for the decoder-layer linears whose last name part is in `targets`."""
+    out = {}
+    for name, mod in model.named_modules():
+        if isinstance(mod, nn.Linear) and name.rsplit(".", 1)[-1] in targets and re.search(r"\.layers\.\d+\.", name):
+            out[name] = mod
+    return out
+
+
+def base_signature(model) -> dict:
+    c = model.config
+    return {"model_type": getattr(c, "model_type", ""), "hidden_size": int(c.hidden_size),
+            "num_hidden_layers": int(c.num_hidden_layers), "vocab_size": int(c.vocab_size),
+            "name": str(getattr(c, "_name_or_path", "") or "")}
+
+
+def fingerprint(model) -> str:
+    """A short hash of the model's first 16 input-embedding rows: tells apart models of one shape. The rows are
+    rounded to bfloat16 first, so the same weights loaded in float32 or bfloat16 give the same fingerprint (for
+    weights stored in bfloat16, like the default model's, this is the hash of the rows as loaded)."""
+    w = model.get_input_embeddings().weight[:16].detach().to(torch.bfloat16).float().cpu().contiguous()
+    return hashlib.sha1(w.numpy().tobytes()).hexdigest()[:16]
+
+
+def base_record(model) -> dict:
+    """What an adapter made for `model` records about it: its signature and its weights' fingerprint."""
+    return {"base": base_signature(model), "base_fingerprint": fingerprint(model)}
+
+
+def model_dir(model) -> Path | None:
+    """The local folder the model was loaded from, when there is one."""
+    p = str(getattr(model.config, "_name_or_path", "") or "")
+    return Path(p) if p and os.path.isdir(p) else None
+
+
+def fit_problem(recorded: dict, shapes: dict[str, tuple[int, int]], model, name: str | None = None,
+                by_name: bool = False) -> str:
+    """'' when parameters made for the model `recorded` describes (signature entries, "name", "fingerprint"), with
+    modules of `shapes` {name: (in, out)}, fit `model`; else why not. Without a fingerprint (files from before
+    it existed) the recorded signature and shapes decide, and with `by_name` the recorded name too."""
+    mine = base_signature(model)
+    for k in SIGNATURE:
+        if recorded.get(k) not in (None, "") and recorded[k] != mine[k]:
+            return f"{k}={recorded[k]}, this model has {k}={mine[k]}"
+    fp = recorded.get("fingerprint")
+    if fp:
+        if fp != fingerprint(model):
+            return f"other weights: fingerprint {fp}, this model's {fingerprint(model)}"
+    elif by_name and recorded.get("name") and name and recorded["name"] != name:
+        return f"a model named {recorded['name']}"
+    mods = dict(model.named_modules())
+    for n, (i, o) in shapes.items():
+        m = mods.get(n)
+        if m is None or (getattr(m, "in_features", None), getattr(m, "out_features", None)) != (i, o):
+            return f"its module {n} has no counterpart of the same shape"
+    return ""
+
+
+class Gate:
+    """The sequence positions of one forward pass an adapter acts on: `every` position, the last `tail`, the
+    listed `index` positions, or where the (B, T) bool `mask` is set (kept for tail gates made from a mask too,
+    for hooks that read it: LUD's STOP head)."""
+
+    def __init__(self, every: bool = False, tail: int | None = None, index: torch.Tensor | None = None,
+                 mask: torch.Tensor | None = None):
+        self.every, self.tail, self.index, self.mask = every, tail, index, mask
+
+    @classmethod
+    def of(cls, spec, device) -> "Gate | None":
+        """None (closed), "all", an int n (the last n positions), a bool (T,) / (B, T) mask (a suffix of gated
+        positions in every row becomes a tail gate: the hooks then touch only that slice), or sequence indices."""
+        if spec is None or isinstance(spec, Gate):
+            return spec
+        if isinstance(spec, str):
+            if spec != "all":
+                raise ValueError(f"unknown gate {spec!r}")
+            return cls(every=True)
+        if isinstance(spec, int):
+            return cls(tail=spec)
+        t = torch.as_tensor(spec)
+        if t.dtype != torch.bool:
+            return cls(index=t.to(dtype=torch.long, device=device))
+        gate = t.unsqueeze(0) if t.dim() == 1 else t
+        n = int(gate[0].flip(0).cumprod(0).sum())            # trailing gated positions of row 0
+        suffix = bool(gate[:, gate.shape[1] - n:].all()) and not bool(gate[:, :gate.shape[1] - n].any())
+        return cls(tail=n if suffix else None, mask=gate.to(device))
+
+    def add(self, out: torch.Tensor, x: torch.Tensor, delta):
+        """`out` plus delta(rows of `x`) at the gated positions (None: nothing to add). In place when no gradient
+        is recorded; through autograd-friendly ops when one is (training)."""
+        grad = torch.is_grad_enabled()
+        if self.index is not None:
+            d = delta(x.index_select(-2, self.index)).to(out.dtype)
+            return out.index_add(-2, self.index, d) if grad else out.index_add_(-2, self.index, d)
+        if self.tail is None:
+            if self.every:
+                d = delta(x).to(out.dtype)
+                return out + d if grad else out.add_(d)
+            return torch.where(self.mask.unsqueeze(-1), out + delta(x).to(out.dtype), out)
+        n = min(self.tail, out.shape[1])
+        if n == 0:
+            return None
+        d = delta(x[:, -n:]).to(out.dtype)
+        if n == out.shape[1]:
+            return out + d if grad else out.add_(d)
+        if not grad:
+            out[:, -n:] += d
+            return out
+        return torch.cat([out[:, :-n], out[:, -n:] + d], 1)
+
+    def put(self, out: torch.Tensor, value: torch.Tensor):
+        """`out` with the (hidden,) vector `value` at the gated positions (None: nothing to change)."""
+        if self.tail is None:
+            return torch.where(self.mask.unsqueeze(-1), value.expand_as(out), out)
+        n = self.tail
+        if n == 0:
+            return None
+        v = value.expand(out.shape[0], n, -1)
+        if n == out.shape[1]:
+            return v
+        if not torch.is_grad_enabled():
+            out[:, -n:] = v
+            return out
+        return torch.cat([out[:, :-n], v], 1)
+
+
+class GatedAdapter(nn.Module):
+    """Trained deltas on named linears of one base model, active only inside `gated(...)` and only at the gate's
+    positions. Subclasses set the class constants and give `delta_for`, `file_config`, `tensors`, `file_shapes`,
+    `from_files` (`shapes` unless they are LoRA pairs; `extra_hooks` for modules other than the linears)."""
+
+    KIND = ""                  # the folder beside a model and the engine.extras key: "ptp", "lud", "focus"
+    WHAT = ""                  # how messages name it: "PTP adapter"
+    FORMAT = ""                # the config's "format" entry
+    CONFIG = ""                # the config file's name
+    WEIGHTS = WEIGHTS
+    UNTAGGED_OK = False        # configs written before they carried a "format" entry load too
+    NAME_CHECK = False         # without a fingerprint, the recorded model name must match (PTP's old rule)
+    DEFAULT_GATE = None        # the gate of `gated()` / `applied(model)` without a spec
+
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+        self._gate: Gate | None = None
+        self._handles: list = []
+        self.__dict__["_model"] = None         # not a submodule: the base weights are not the adapter's
+        self.__dict__["_fits"] = None          # (model id, name) the fit check passed for
+
+    # ------------------------------------------------------------------ what subclasses give
+    def delta_for(self, name: str):
+        """fn(x) -> the delta of linear `name` for input rows x (any dtype: the gate casts it)."""
+        raise NotImplementedError
+
+    def shapes(self) -> dict[str, tuple[int, int]]:
+        """{module name: (in_features, out_features)} the adapter's deltas were made for (here: those of LoRA
+        pairs lora_a[key] (rank, in), lora_b[key] (out, rank))."""
+        return {n: (self.lora_a[key(n)].shape[1], self.lora_b[key(n)].shape[0]) for n in self.names}
+
+    def file_config(self) -> dict:
+        """The JSON config file's content (format, structure, what it records about the base model, figures)."""
+        raise NotImplementedError
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The weights file's tensors, under the names and in the dtypes the kind's files use."""
+        raise NotImplementedError
+
+    @classmethod
+    def file_shapes(cls, cfg: dict, tensors: dict) -> dict[str, tuple[int, int]]:
+        """`shapes` of the adapter a config and its weights file hold."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_files(cls, cfg: dict, tensors: dict, model=None) -> "GatedAdapter":
+        """The adapter a config and its weights file hold (`load` has checked that they fit `model`, when given)."""
+        raise NotImplementedError
+
+    def extra_hooks(self, model) -> list:
+        """[(module, forward hook)] besides the linears' (LUD: the pad embedding and the STOP head)."""
+        return []
+
+    @classmethod
+    def recorded_in(cls, cfg: dict) -> dict:
+        """What a config says about its base model: signature entries, "name" and "fingerprint"."""
+        return {**(cfg.get("base") or {}), "fingerprint": cfg.get("base_fingerprint")}
+
+    # ------------------------------------------------------------------ hooks
+    def attach(self, model) -> "GatedAdapter":
+        """Hook the deltas onto `model` (idempotent: once per model). Inactive until `gated(...)` opens the gate."""
+        if self._model is model:
+            return self
+        self.detach()
+        mods = dict(model.named_modules())
+        missing = [n for n in self.names if n not in mods]
+        if missing:
+            raise AdapterError(f"this {self.WHAT} does not fit the model: it has no module {missing[0]}")
+        for n in self.names:
+            self._handles.append(mods[n].register_forward_hook(self._linear_hook(n)))
+        for mod, hook in self.extra_hooks(model):
+            self._handles.append(mod.register_forward_hook(hook))
+        self.__dict__["_model"] = model
+        return self
+
+    def detach(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self.__dict__["_model"] = None
+
+    def _linear_hook(self, name: str):
+        fn = self.delta_for(name)
+
+        def hook(_mod, inputs, out):
+            gate = self._gate
+            return None if gate is None else gate.add(out, inputs[0], fn)
+        return hook
+
+    def _device(self):
+        return next(self.parameters()).device
+
+    @contextmanager
+    def gated(self, spec=_DEFAULT):
+        """The deltas act at the positions `spec` gives (see `Gate.of`; None: nowhere) in the forwards inside the
+        block. The adapter must be attached."""
+        if self._model is None:
+            raise AdapterError(f"this {self.WHAT} is not attached to a model (attach(model) first)")
+        prev = self._gate
+        self._gate = Gate.of(self.DEFAULT_GATE if spec is _DEFAULT else spec, self._device())
+        try:
+            yield self
+        finally:
+            self._gate = prev
+
+    @contextmanager
+    def applied(self, model, spec=_DEFAULT):
+        """`gated(spec)` on `model`, attaching the hooks for the block when they were not attached already."""
+        was = self._model is model
+        self.attach(model)
+        try:
+            with self.gated(spec):
+                yield self
+        finally:
+            if not was:
+                self.detach()
+
+    # ------------------------------------------------------------------ files
+    def save(self, folder) -> Path:
+        from safetensors.torch import save_file
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / (self.WEIGHTS + ".tmp")
+        save_file(self.tensors(), str(tmp), metadata={"format": "pt", "kind": self.FORMAT})
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, folder / self.WEIGHTS)
+        (folder / self.CONFIG).write_text(json.dumps(self.file_config(), indent=1, default=str) + "\n")
+        return folder
+
+    @classmethod
+    def load(cls, folder, model=None, device=None, name: str | None = None) -> "GatedAdapter":
+        """The adapter in `folder`; AdapterError when there is none, it is not one of this kind or, with a `model`
+        (named `name`), it was made for another model."""
+        from safetensors.torch import load_file
+        folder = Path(folder)
+        if not (folder / cls.WEIGHTS).exists() or not (folder / cls.CONFIG).exists():
+            raise AdapterError(f"no {cls.WHAT} at {folder} (expected {cls.WEIGHTS} and {cls.CONFIG})")
+        try:
+            cfg = json.loads((folder / cls.CONFIG).read_text())
+        except ValueError as e:
+            raise AdapterError(f"{folder / cls.CONFIG} is not valid JSON: {e}") from e
+        fmt = cfg.get("format")
+        if fmt != cls.FORMAT and not (fmt is None and cls.UNTAGGED_OK):
+            raise AdapterError(f"{folder / cls.CONFIG} is not a paradec {cls.KIND} config")
+        tensors = load_file(str(folder / cls.WEIGHTS))
+        if model is not None:
+            why = fit_problem(cls.recorded_in(cfg), cls.file_shapes(cfg, tensors), model, name, cls.NAME_CHECK)
+            if why:
+                raise cls.refusal(cls.recorded_in(cfg), why, folder, model, name)
+        ad = cls.from_files(cfg, tensors, model)
+        if device is not None:
+            ad.to(device)
+        return ad.eval()
+
+    # ------------------------------------------------------------------ fit
+    def problem(self, model, name: str | None = None) -> str:
+        """'' when the adapter fits `model`, else why not (see `fit_problem`)."""
+        return fit_problem(self.recorded_in(self.file_config()), self.shapes(), model, name, self.NAME_CHECK)
+
+    def fits(self, model) -> bool:
+        return not self.problem(model)
+
+    @classmethod
+    def refusal(cls, recorded: dict, why: str, where, model, name: str | None = None) -> AdapterError:
+        """The error for parameters in `where` that do not fit `model` (named `name`), with how to train some."""
+        return AdapterError(f"the {cls.WHAT} in {where}: trained for {recorded.get('name') or 'another model'} "
+                            f"({why}), not for {name or base_signature(model)['name'] or 'this model'}; "
+                            f"{cls.hint_for(model, name or '<model>')}")
+
+    def check(self, engine, where) -> None:
+        """AdapterError when the adapter does not fit the engine's model (the result is remembered)."""
+        if self._fits == (id(engine.model), engine.name):
+            return
+        why = self.problem(engine.model, engine.name)
+        if why:
+            raise self.refusal(self.recorded_in(self.file_config()), why, where, engine.model, engine.name)
+        self.__dict__["_fits"] = (id(engine.model), engine.name)
+
+    # ------------------------------------------------------------------ finding an engine's adapter
+    @classmethod
+    def hint_for(cls, model, name: str) -> str:
+        return f"train it: python -m paradec train {cls.KIND} --model {model_dir(model) or name}"
+
+    @classmethod
+    def hint(cls, engine) -> str:
+        """The command that trains this kind of adapter for the engine's model."""
+        return cls.hint_for(engine.model, engine.name)
+
+    @classmethod
+    def folders(cls, engine) -> list[Path]:
+        """Where the engine's adapter of this kind may be: <profile adapters>/<kind>, <model folder>/<kind>."""
+        prof = getattr(engine, "profile", None)
+        out = [Path(prof.adapters) / cls.KIND] if prof is not None and prof.adapters is not None else []
+        d = model_dir(engine.model)
+        if d is not None and d / cls.KIND not in out:
+            out.append(d / cls.KIND)
+        return out
+
+    @classmethod
+    def default_dir(cls, engine) -> Path | None:
+        """Where a trainer writes the engine's adapter: the shipped location for a model whose profile ships
+        parameters (data/adapters/<model>/<kind>), else <model folder>/<kind> (None: the model has no folder)."""
+        dirs = cls.folders(engine)
+        return dirs[0] if dirs else None
+
+    @classmethod
+    def find(cls, engine, path=None) -> "GatedAdapter | None":
+        """The engine's adapter of this kind, checked against its model and attached to it: engine.extras[KIND]
+        if set, else the one at `path`, else the first default folder holding one. None when there is none.
+        Loaded adapters are kept in engine.extras."""
+        if path:
+            cache = engine.extras.setdefault(f"{cls.KIND}_paths", {})
+            where = Path(path)
+            k = str(where.resolve())
+            if k not in cache:
+                cache[k] = cls._load_for(engine, where)
+            ad = cache[k]
+        else:
+            ad = engine.extras.get(cls.KIND)
+            if ad is None:
+                where = next((d for d in cls.folders(engine)
+                              if (d / cls.WEIGHTS).exists() and (d / cls.CONFIG).exists()), None)
+                if where is None:
+                    return None
+                ad = engine.extras[cls.KIND] = cls._load_for(engine, where)
+            else:
+                ad.check(engine, f"engine.extras[{cls.KIND!r}]")
+        return ad.attach(engine.model)
+
+    @classmethod
+    def require(cls, engine, path=None) -> "GatedAdapter":
+        """`find`, with FileNotFoundError (and the command that trains one) when there is none."""
+        ad = cls.find(engine, path)
+        if ad is None:
+            raise FileNotFoundError(f"no {cls.WHAT} for {engine.name}: {cls.hint(engine)}")
+        return ad
+
+    @classmethod
+    def _load_for(cls, engine, folder: Path) -> "GatedAdapter":
+        ad = cls.load(folder, engine.model, device=engine.device, name=engine.name)
+        ad.check(engine, folder)             # (remembered: not checked again)
+        return ad

@@ -1,0 +1,218 @@
+"""The gated-adapter base shared by PTP, LUD and FocusLLM (paradec/adapters.py): gate positions, hooks attached
+once, files (the shipped ones load unchanged), finding an engine's adapter and the check against the model it was
+trained for (fingerprint; older files without one load as they did)."""
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from paradec.adapters import AdapterError, Gate, base_record, fingerprint
+from paradec.engine import Engine
+from paradec.focus import FocusAdapter
+from paradec.lud import LUDAdapter, LUDConfig
+from paradec.ptp import PTPAdapter
+from paradec.strategies import Request, get
+from paradec.testing import random_engine
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "data" / "models" / "paradec-tiny"
+SHIPPED_PTP = ROOT / "data" / "adapters" / "qwen2.5-coder-0.5b-instruct" / "ptp"
+KINDS = (PTPAdapter, LUDAdapter, FocusAdapter)
+
+
+def made_for(cls, engine, std=0.05, seed=0):
+    """A new adapter of kind `cls` for `engine`'s model, with deltas that really change the gated positions."""
+    torch.manual_seed(seed)
+    m = engine.model
+    if cls is PTPAdapter:
+        ad = PTPAdapter.for_model(m, rank=4, block=4)
+    elif cls is LUDAdapter:
+        ad = LUDAdapter(m, LUDConfig(**base_record(m)))
+    else:
+        ad = FocusAdapter.for_model(m, 4)
+    with torch.no_grad():
+        for name, p in ad.named_parameters():
+            if "lora_b" in name or "delta" in name:
+                p.normal_(0, std)
+    return ad.eval()
+
+
+def tokens(engine, name, prompt, **params):
+    req = Request(prompt=prompt, chat=False, max_new_tokens=12, ignore_eos=True, params=params)
+    return [t for s in get(name).stream(engine, req) for t in s.token_ids]
+
+
+# ---------------------------------------------------------------- which positions
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_gate_forms_touch_exactly_their_positions(grad):
+    x = torch.randn(2, 6, 3)
+
+    def touched(spec):
+        out = torch.zeros(2, 6, 3, requires_grad=grad) * 1.0
+        with torch.set_grad_enabled(grad):
+            res = Gate.of(spec, "cpu").add(out, x, lambda rows: torch.ones_like(rows))
+        return None if res is None else (res != 0).all(-1)
+
+    assert touched("all").all()
+    assert touched(2).tolist() == [[False] * 4 + [True] * 2] * 2
+    assert touched(0) is None
+    assert touched(torch.tensor([1, 4])).tolist() == [[False, True, False, False, True, False]] * 2
+    suffix = torch.tensor([0, 0, 0, 1, 1, 1], dtype=torch.bool)
+    g = Gate.of(suffix, "cpu")
+    assert g.tail == 3 and g.mask.shape == (1, 6)                  # a suffix mask becomes a tail gate
+    assert touched(suffix).tolist() == [[False] * 3 + [True] * 3] * 2
+    ragged = torch.tensor([[0, 1, 0, 1, 0, 0], [1, 0, 0, 0, 0, 1]], dtype=torch.bool)
+    assert Gate.of(ragged, "cpu").tail is None
+    assert torch.equal(touched(ragged), ragged)
+    assert Gate.of(None, "cpu") is None
+    v = torch.full((3,), 7.0)
+    put = Gate.of(suffix, "cpu").put(torch.zeros(2, 6, 3), v)
+    assert (put[:, 3:] == 7).all() and (put[:, :3] == 0).all()
+
+
+# ---------------------------------------------------------------- hooks attached once
+
+@pytest.mark.parametrize("cls", KINDS)
+def test_hooks_are_attached_once_and_a_closed_gate_is_the_base(cls):
+    """find() attaches the adapter to the engine's model once; decoding with it registers and removes nothing;
+    with the gate closed the model is the base model bit for bit, inside the gate the deltas act."""
+    e = random_engine(0)
+    ids = e.tokenizer("def f(x):\n    return x")["input_ids"]
+    base = e.forward(ids)
+    ad = e.extras[cls.KIND] = made_for(cls, e)
+    assert cls.find(e) is ad and cls.find(e) is ad
+    hooked = dict(e.model.named_modules())[ad.names[0]]
+    hooks = dict(hooked._forward_hooks)
+    assert len(hooks) == 1
+    assert torch.equal(e.forward(ids), base)                      # attached, gate closed: the base model
+    spec = {LUDAdapter: (torch.tensor([0] * (len(ids) - 2) + [1, 1], dtype=torch.bool),),
+            PTPAdapter: (torch.arange(len(ids) - 2, len(ids)),), FocusAdapter: ()}[cls]   # focus: its own gate
+    with ad.gated(*spec):
+        gated = e.forward(ids)
+    assert torch.equal(gated[0, :len(ids) - 2, :base.shape[-1]], base[0, :len(ids) - 2])
+    assert not torch.allclose(gated[0, -1, :base.shape[-1]], base[0, -1], atol=1e-4)
+    # a whole generation with the adapter's strategy leaves the very same hooks in place
+    prompt = "Snow lay on the hills. " * 3
+    if cls is FocusAdapter:
+        tokens(e, "focus", prompt * 80)                           # longer than the context: the candidates run
+    else:
+        tokens(e, cls.KIND, prompt)
+    assert dict(hooked._forward_hooks) == hooks
+    assert torch.equal(e.forward(ids), base)
+    ad.detach()
+    assert not hooked._forward_hooks
+    with pytest.raises(AdapterError, match="not attached"):
+        with ad.gated(*spec):
+            pass
+    with ad.applied(e.model, *spec):                              # the one-off form attaches for the block
+        assert torch.equal(e.forward(ids)[..., :base.shape[-1]], gated[..., :base.shape[-1]])
+    assert not hooked._forward_hooks
+
+
+# ---------------------------------------------------------------- files, finding, fit
+
+@pytest.mark.parametrize("cls", KINDS)
+def test_find_save_load_and_the_fingerprint_check(cls, tmp_path):
+    e0, e1, narrow = random_engine(0), random_engine(1), random_engine(0, hidden=32)
+    assert cls.find(e0) is None                                   # none: None (available() says how to train)
+    with pytest.raises(FileNotFoundError, match=f"python -m paradec train {cls.KIND}"):
+        cls.require(e0)
+    with pytest.raises(AdapterError, match="no "):
+        cls.find(e0, tmp_path / "missing")
+    ad = made_for(cls, e0)
+    folder = ad.save(tmp_path / cls.KIND)
+    cfg = json.loads((folder / cls.CONFIG).read_text())
+    assert cfg["format"] == cls.FORMAT and cfg["base_fingerprint"] == fingerprint(e0.model)
+    back = cls.find(random_engine(0), folder)                     # the same weights: accepted
+    for k, v in ad.tensors().items():
+        assert torch.equal(v, back.tensors()[k]), k
+    with pytest.raises(AdapterError, match=f"trained for .* not for .*python -m paradec train {cls.KIND}"):
+        cls.find(e1, folder)                                      # same shapes, other weights
+    with pytest.raises(AdapterError, match="hidden_size"):
+        cls.find(narrow, folder)
+    # files written before the fingerprint existed load as they did: by their signature and shapes only
+    del cfg["base_fingerprint"]
+    (folder / cls.CONFIG).write_text(json.dumps(cfg))
+    assert cls.find(random_engine(1), folder) is not None
+    with pytest.raises(AdapterError, match="hidden_size"):
+        cls.find(random_engine(0, hidden=32), folder)
+
+
+def test_default_folders_profile_first_then_the_model_folder(tmp_path):
+    e = random_engine(0)
+    model = tmp_path / "m"
+    e.model.save_pretrained(model)
+    e.tokenizer.save_pretrained(model)
+    user = Engine.load(str(model), device="cpu")
+    assert LUDAdapter.folders(user) == [model / "lud"] and LUDAdapter.default_dir(user) == model / "lud"
+    assert LUDAdapter.find(user) is None
+    made_for(LUDAdapter, user, seed=1).save(model / "lud")
+    found = LUDAdapter.find(user)
+    assert found is not None and found is LUDAdapter.find(user)
+    shipped = tmp_path / "shipped"
+    user2 = Engine.load(str(model), device="cpu")
+    user2.profile = replace(user2.profile, adapters=shipped)
+    assert LUDAdapter.folders(user2) == [shipped / "lud", model / "lud"]
+    assert LUDAdapter.default_dir(user2) == shipped / "lud"
+    assert LUDAdapter.find(user2) is not None                     # the model folder's, while shipped/ has none
+    other = made_for(LUDAdapter, user2, seed=2)
+    other.save(shipped / "lud")
+    user2.extras.clear()
+    k = next(iter(other.lora_b))
+    assert torch.equal(LUDAdapter.find(user2).lora_b[k], other.lora_b[k])   # now the profile's folder wins
+    assert not torch.equal(found.lora_b[k], other.lora_b[k])
+
+
+def test_the_fingerprint_does_not_depend_on_the_load_dtype():
+    e = random_engine(0)
+    fp = fingerprint(e.model)
+    assert fingerprint(e.model.to(torch.bfloat16)) == fp
+    e1 = random_engine(1)
+    assert fingerprint(e1.model) != fp
+
+
+def test_shipped_parameter_files_load_unchanged():
+    """paradec-tiny's PTP, LUD and FocusLLM parameters (saved before the shared base and before the fingerprint)
+    are found beside the model, fit it, hold exactly the files' tensors, and their strategies run."""
+    e = Engine.load("paradec-tiny", dtype="float32")
+    for cls in KINDS:
+        ad = cls.find(e)
+        assert ad is not None and cls.default_dir(e) == TINY / cls.KIND
+        assert get(cls.KIND).available(e) == (True, ""), cls.KIND
+        file_cfg = json.loads((TINY / cls.KIND / cls.CONFIG).read_text())
+        assert "base_fingerprint" not in file_cfg
+        mine = ad.file_config()
+        assert {k: mine[k] for k in file_cfg} == file_cfg, cls.KIND
+        stored = load_file(str(TINY / cls.KIND / cls.WEIGHTS))
+        held = ad.state_dict() if cls is PTPAdapter else ad.tensors()   # (PTP now stores its LoRA in bfloat16)
+        assert sorted(held) == sorted(stored)
+        for k, v in stored.items():
+            assert torch.equal(held[k].float(), v.float()), (cls.KIND, k)
+    prompt = "def add(a, b):\n"
+    ar = tokens(e, "ar", prompt)
+    assert tokens(e, "ptp", prompt) == ar
+    assert tokens(e, "lud", prompt, threshold=1.0) == ar
+    assert tokens(e, "focus", prompt) == ar                       # a prompt that fits: focus reads it as ar
+
+
+def test_the_default_models_shipped_ptp_files_load_unchanged():
+    ad = PTPAdapter.load(SHIPPED_PTP)
+    cfg = json.loads((SHIPPED_PTP / PTPAdapter.CONFIG).read_text())
+    assert ad.file_config() == cfg and ad.recorded_in(cfg)["fingerprint"] == "450bda05ae8aa0df"
+    stored = load_file(str(SHIPPED_PTP / PTPAdapter.WEIGHTS))
+    tensors = ad.tensors()
+    assert sorted(tensors) == sorted(stored)
+    assert all(tensors[k].dtype == v.dtype and torch.equal(tensors[k], v) for k, v in stored.items())
+
+
+def test_a_copied_folder_is_cached_by_path(tmp_path):
+    e = random_engine(0)
+    made_for(FocusAdapter, e).save(tmp_path / "a")
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    a, b = FocusAdapter.find(e, tmp_path / "a"), FocusAdapter.find(e, tmp_path / "b")
+    assert a is not b and FocusAdapter.find(e, str(tmp_path / "a")) is a
