@@ -26,7 +26,7 @@ import torch
 
 from ..lud import AdapterError, adapter_for, has_adapter
 from ..sampling import next_tokens
-from .base import Output, Param, Request, RequestError, Strategy, register, u_stream
+from .base import Param, RequestError, Run, Strategy, register
 
 TRAIN_HINT = "train it: python -m paradec train lud --model <path>"
 
@@ -49,18 +49,15 @@ class LexicalUnits(Strategy):
             return True, ""
         return False, TRAIN_HINT.replace("<path>", str(getattr(engine.model.config, "_name_or_path", "") or "<path>"))
 
-    def stream(self, engine, request: Request):
-        p = self.resolve_params(request, engine)
-        ids = request.validate(engine)
+    def steps(self, run: Run):
+        engine, p, out, cache = run.engine, run.params, run.out, run.cache
         try:
             adapter = adapter_for(engine, p["adapter"] or None)
         except AdapterError as e:
             raise RequestError(f"lud: {e}; {TRAIN_HINT}") from e
         threshold, max_rep = p["threshold"], p["max_repeat"]
-        sp, us = request.sampling, u_stream(request)
-        out = Output(engine, request)
-        cache = engine.new_cache()
-        feed = list(ids)
+        sp, us = run.sampling, run.us
+        feed = list(run.ids)
         prefill = True
         while True:
             n_pad = max(0, min(p["k"] - 1, out.budget - len(out.ids) - 1))
@@ -69,12 +66,12 @@ class LexicalUnits(Strategy):
             gate = torch.zeros(len(tokens), dtype=torch.bool)
             gate[len(feed):] = True
             with adapter.applied(engine.model, gate):
-                logits = engine.forward(tokens, cache, logits_to_keep=n_pad + 1)[0]
+                logits = engine.forward(tokens, cache, logits_to_keep=n_pad + 1, upcast=False)[0]
             V = logits.shape[-1] - 1        # the applied adapter adds column V: its STOP class
             first = int(next_tokens(logits[0, :V], sp, us[len(out.ids)] if us else None))
             new = [first]
             if n_pad:
-                probs = torch.softmax(logits[1:], -1)
+                probs = torch.softmax(logits[1:].float(), -1)
                 conf, top = probs.max(-1)
                 for c, t in zip(conf.tolist(), top.tolist()):
                     hist = out.ids + new
