@@ -46,7 +46,7 @@ def one_token_steps(engine, out, logits: torch.Tensor, cache=None, *, sampling: 
             logits, passes = feed(tok)
             continue
         pos = None if position is None else [position]
-        logits = engine.forward([tok], cache, pos, logits_to_keep=1)[0, -1]
+        logits = engine.forward([tok], cache, pos, logits_to_keep=1, upcast=False)[0, -1]
         passes = 1
         if position is not None:
             position += 1

@@ -60,6 +60,8 @@ class Lane:
     planning_segments: set = field(default_factory=set)
     segments: dict[int, str] = field(default_factory=dict)
     info: dict = field(default_factory=dict)
+    stage: str = ""                # the stage of the last step that named one (SoT: skeleton, expand, fallback)
+    answer: str | None = None      # the strategy's assembled answer, when its last step gave one (SoT)
     status: str = "waiting"        # waiting | running | done | stopped | error
     finish_reason: str | None = None
     error: str | None = None
@@ -67,7 +69,7 @@ class Lane:
 
     def record(self, step: Step, dt: float) -> TimedStep:
         self.clock += dt
-        planning = step.info.get("stage") == "skeleton"
+        planning = step.planning
         ts = TimedStep(self.clock, dt, len(step.token_ids), step.segment, step.forward_passes, step.draft_passes,
                        step.drafted, step.accepted, planning=planning)
         self.steps.append(ts)
@@ -80,6 +82,10 @@ class Lane:
                                 "t": self.clock})
         if step.info:
             self.info.update(step.info)
+        if step.stage:
+            self.stage = step.stage
+        if step.answer is not None:
+            self.answer = step.answer
         if step.finished and step.finish_reason:
             self.finish_reason = step.finish_reason
         return ts
@@ -91,8 +97,8 @@ class Lane:
 
     @property
     def text(self) -> str:
-        if "answer" in self.info:
-            return self.info["answer"]
+        if self.answer is not None:
+            return self.answer
         return "\n".join(self.segments[k] for k in sorted(self.segments) if k not in self.planning_segments)
 
     def figures(self) -> Figures:
@@ -125,10 +131,9 @@ def run_alone(engine, name: str, request: Request, params: dict | None = None, o
 
 
 def _with_params(request: Request, params: dict) -> Request:
-    if not params:
-        return request
+    """The lane's own copy of the request (so every lane encodes its prompt in its own timed first step)."""
     from dataclasses import replace
-    return replace(request, params={**request.params, **params})
+    return replace(request, params={**request.params, **(params or {})})
 
 
 class Race:
@@ -241,7 +246,7 @@ class Race:
         """Per-strategy live figures (thread-safe), with speed-up and the lossless check against `ar`."""
         with self._lock:
             out = {n: {**l.result(), "groups": list(l.groups), "segments": dict(l.segments), "info": dict(l.info),
-                       "lossless_strategy": l.lossless}
+                       "stage": l.stage, "lossless_strategy": l.lossless}
                    for n, l in self.lanes.items()}
         ar = out.get("ar")
         for n, d in out.items():

@@ -37,6 +37,20 @@ SPEC_COUNTERS = {"drafts": "vllm:spec_decode_num_drafts", "draft_tokens": "vllm:
                  "accepted_tokens": "vllm:spec_decode_num_accepted_tokens"}
 
 
+class VllmSpec:
+    """`vllm-spec`, the one remote-only strategy: vLLM's own speculative decoding, server side. Described like a
+    paradec strategy (name, title, lossless); lossless by construction: vLLM verifies every draft with the target."""
+    name = "vllm-spec"
+    title = "vLLM speculative decoding (server side)"
+    lossless = True
+
+
+# the strategies a RemoteEngine runs itself, whatever the server lists: name -> (title, why it may not work)
+CLIENT_SIDE = {"ar": ("Autoregressive (server streaming)", ""),
+               "sot": ("Skeleton-of-Thought (parallel requests)", ""),
+               VllmSpec.name: (VllmSpec.title, "needs a vLLM server started with --speculative-config")}
+
+
 class RemoteError(RuntimeError):
     """The remote server failed or answered something that is not a well-formed OpenAI response."""
 
@@ -199,26 +213,22 @@ class RemoteEngine:
         try:
             data = self._get("/v1/strategies").json()["data"]
         except (RemoteError, RequestError, httpx.HTTPError, KeyError, ValueError):
-            data = [{"name": "ar", "title": "Autoregressive (server streaming)", "lossless": True, "available": True,
-                     "why": ""}]
+            data = [self._entry("ar")]
         names = {d["name"] for d in data}
-        if "sot" not in names:
-            data.append({"name": "sot", "title": "Skeleton-of-Thought (parallel requests)", "lossless": False,
-                         "available": True, "why": ""})
-        data.append({"name": "vllm-spec", "title": "vLLM speculative decoding (server side)", "lossless": True,
-                     "available": True, "why": "needs a vLLM server started with --speculative-config"})
-        return data
+        return data + [self._entry(n) for n in CLIENT_SIDE if n not in names]
+
+    @classmethod
+    def _entry(cls, name: str) -> dict:
+        title, why = CLIENT_SIDE[name]
+        return {"name": name, "title": title, "lossless": cls.lossless(name), "available": True, "why": why}
 
     @staticmethod
     def lossless(name: str) -> bool:
-        """Whether `name` run on a server gives the tokens `ar` gives: a paradec strategy's own `lossless` flag;
-        `vllm-spec` is lossless by construction (vLLM verifies every draft with the target); others are not known
-        to be."""
-        if name == "vllm-spec":
-            return True
+        """Whether `name` run on a server gives the tokens `ar` gives: its strategy's own `lossless` flag (a
+        paradec strategy's, or `VllmSpec`'s); names of no known strategy are not known to be lossless."""
         from .strategies import REGISTRY, load_all
         load_all()
-        return bool(getattr(REGISTRY.get(name), "lossless", False))
+        return bool(getattr({**REGISTRY, VllmSpec.name: VllmSpec}.get(name), "lossless", False))
 
     def metrics_text(self) -> str:
         return self._get("/metrics").text
@@ -264,12 +274,11 @@ class RemoteEngine:
         request.validate()
         if name == "ar":
             return self._plain(request, None, cancel)
-        if name == "vllm-spec":
+        if name == VllmSpec.name:
             return self._vllm_spec(request, cancel)
         if name == "sot":
             return self._sot(request, cancel)
-        params = {k: v for k, v in request.params.items() if not k.startswith("_")}
-        return self._plain(request, {"strategy": name, "params": params}, cancel)
+        return self._plain(request, {"strategy": name, "params": dict(request.params)}, cancel)
 
     def _plain(self, request: Request, paradec: dict | None, cancel: threading.Event | None = None,
                segment: int = 0) -> Iterator[Step]:
@@ -312,6 +321,9 @@ class RemoteEngine:
                                   segment=segment + int(pd.get("segment", 0)))
                     info = {"remote": True, **({"info": pd["info"]} if pd.get("info") else {})}
                     reason = pd.get("finish_reason")
+                    answer = pd.get("answer")
+                    fields.update(stage=str(pd.get("stage") or ""), planning=pd.get("planning") is True,
+                                  answer=answer if isinstance(answer, str) else None)
                 else:
                     if usage and usage.get("completion_tokens") is not None:
                         n = int(usage["completion_tokens"]) - prev_usage_tokens
@@ -351,7 +363,7 @@ class RemoteEngine:
             yield held
 
     def _sot(self, request: Request, cancel=None) -> Iterator[Step]:
-        from .strategies.skeleton import (SkeletonOfThought, answer_info, fallback_reason, fallback_steps,
+        from .strategies.skeleton import (SkeletonOfThought, fallback_reason, fallback_steps, finish_answer,
                                           given_points, point_plan, point_seed, point_stop, render_skeleton,
                                           skeleton_prefix, skeleton_steps, split_question, template_for)
         p = SkeletonOfThought().resolve_params(request)
@@ -360,7 +372,7 @@ class RemoteEngine:
         plain = dataclasses.replace(request, stop=[], assistant_prefix="", params={}, chat=True)
         cancel = cancel or threading.Event()
 
-        forced = request.params.get("_skeleton")
+        forced = request.skeleton
         if forced is not None:
             points, source = given_points(forced, p["max_points"]), "given skeleton"
         else:
@@ -371,7 +383,7 @@ class RemoteEngine:
             source = "skeleton"
 
         if len(points) < 2:
-            ar_req = dataclasses.replace(request, params={})
+            ar_req = dataclasses.replace(request, params={}, skeleton=None)
             yield from fallback_steps(self._plain(ar_req, None, cancel, segment=1), fallback_reason(source, points))
             return
 
@@ -423,6 +435,5 @@ class RemoteEngine:
             if live:               # the caller stopped early or a point failed: stop the other point streams
                 cancel.set()
         held.finished, held.finish_reason = True, "stop"
-        held.info.update(answer_info(points, [texts[b] if b in started else headers[b - 1] for b in texts],
-                                     [tokens[b] for b in texts], [reasons.get(b) for b in texts]))
-        yield held
+        yield finish_answer(held, points, [texts[b] if b in started else headers[b - 1] for b in texts],
+                            [tokens[b] for b in texts], [reasons.get(b) for b in texts])

@@ -4,6 +4,10 @@ Sampling is written as t = Pick(u, P): draw u ~ U(0, 1) and take the smallest to
 probability exceeds u. Every sample is then a deterministic function of u, which is what coupled
 (PTP-style) verification relies on: two strategies fed the same u stream pick the same tokens.
 Greedy decoding (temperature 0) is the limit of the same rule: the argmax.
+
+Logits may come in the model's dtype (`Engine.forward(upcast=False)`): callers choose the rows they need
+first, and `process` upcasts only those to float32 (exactly: bf16 and fp16 are subsets of float32), so the
+result is the same as from float32 logits; the greedy argmax needs no upcast at all.
 """
 from __future__ import annotations
 
@@ -24,7 +28,8 @@ class SamplingParams:
 
 
 def process(logits: torch.Tensor, sp: SamplingParams) -> torch.Tensor:
-    """Logits (..., V) -> processed probabilities (..., V) in float32: temperature, then top-k, then top-p.
+    """Logits (..., V), any float dtype -> processed probabilities (..., V) in float32: temperature, then top-k,
+    then top-p.
 
     Under greedy decoding the result is the one-hot of the argmax (the limit distribution).
     """

@@ -8,9 +8,10 @@ with the usage. One extra request field selects the decoding method:
     "paradec": {"strategy": "pld", "params": {"max_ngram": 3}}      # default: {"strategy": "ar"}
 
 and every chunk (and the non-streamed response) carries a `paradec` object with the step's figures:
-tokens, forward_passes, draft_passes, drafted, accepted, segment. Strategies with several output segments
-(`sot`: segment 0 = skeleton, b = point b) stream their deltas interleaved as they are produced - place
-them by `paradec.segment`; the non-streamed response carries the assembled answer as its text.
+tokens, forward_passes, draft_passes, drafted, accepted, segment (and, when the strategy sets them, stage,
+planning, answer and info). Strategies with several output segments (`sot`: segment 0 = skeleton, b = point
+b) stream their deltas interleaved as they are produced - place them by `paradec.segment`; the last chunk
+carries the assembled answer as `paradec.answer`, the non-streamed response as its text.
 Other extensions understood: `top_k`, `ignore_eos` (as in vLLM) and `continue_final_message` (a last
 assistant message is a prefix the answer continues, as in vLLM).
 
@@ -27,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import dataclasses
 import hmac
 import json
 import logging
@@ -296,13 +296,10 @@ def build_request(body: dict, kind: str, engine):
     params = pd.get("params") or {}
     if not isinstance(params, dict):
         raise ApiError(400, "paradec.params must be an object", param="paradec.params")
-    private = sorted(k for k in params if k.startswith("_"))
-    if private:   # internal switches (`_long_ok`, `_skeleton`) are never a client's to set
-        raise ApiError(400, f"paradec.params: unknown parameter(s) {', '.join(private)}", param="paradec.params")
-    req.params = dict(params)
+    req.params = dict(params)   # only the strategy's own parameters: `prepare` refuses any other name
 
     if max_tokens is None:   # unasked: fill what the context leaves, up to the default
-        ids = engine.encode(req)
+        ids = req.prompt_ids(engine)
         max_tokens = max(1, min(DEFAULT_MAX_TOKENS[kind], engine.context_length - len(ids)))
     req.max_new_tokens = max_tokens
 
@@ -329,7 +326,8 @@ def availability(strategy, engine) -> tuple[bool, str]:
 
 
 def prepare(name: str, req, engine):
-    """Check everything that can be checked before queueing: strategy, its params, availability, prompt fit."""
+    """Check everything that can be checked before queueing: strategy, its params, availability, prompt fit.
+    The prompt is encoded here once (or reused from `build_request`); the strategy's run reuses it too."""
     from .strategies import RequestError, get
     try:
         strategy = get(name)
@@ -337,9 +335,8 @@ def prepare(name: str, req, engine):
         ok, why = availability(strategy, engine)
         if not ok:
             raise RequestError(f"strategy {name!r} is not available with this model: {why}")
-        if getattr(strategy, "accepts_long_prompts", False):   # pcw, focus: they check the length themselves
-            req = dataclasses.replace(req, params={**req.params, "_long_ok": True})
-        prompt_ids = req.validate(engine)
+        # pcw, focus: they read prompts longer than the context and check the length themselves
+        prompt_ids = req.validate(engine, long_ok=strategy.accepts_long_prompts)
     except RequestError as e:
         raise ApiError(400, str(e)) from None
     return strategy, len(prompt_ids)
@@ -354,6 +351,12 @@ def _step_figures(step) -> dict:
          "drafted": step.drafted, "accepted": step.accepted, "segment": step.segment}
     if step.finish_reason:
         d["finish_reason"] = step.finish_reason
+    if step.stage:
+        d["stage"] = step.stage
+    if step.planning:
+        d["planning"] = True
+    if step.answer is not None:
+        d["answer"] = step.answer
     if step.info:
         d["info"] = json.loads(json.dumps(step.info, default=str))
     return d
@@ -513,8 +516,8 @@ def create_app(engine, *, token: str | None = None, max_queue: int = 16, step_de
             segs: dict[int, str] = {}
             for s in steps:
                 segs[s.segment] = segs.get(s.segment, "") + s.text
-            # multi-segment strategies (sot) assemble their answer in the last step's info; else segments in order
-            answer = steps[-1].info.get("answer") if steps else None
+            # multi-segment strategies (sot) assemble their answer in the last step's `answer`; else segments in order
+            answer = steps[-1].answer if steps else None
             text = answer if isinstance(answer, str) else "".join(segs[k] for k in sorted(segs))
             n = sum(len(s.token_ids) for s in steps)
             reason = next((s.finish_reason for s in reversed(steps) if s.finish_reason), None)

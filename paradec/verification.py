@@ -18,6 +18,10 @@ least one token, and the output is the target's:
                  as the target's samples (not token-for-token equal to `ar`; it uses its own random stream,
                  `Rng`, seeded from the request's seed).
 
+`longest` verifies several candidate continuations of one context (lookahead's pool n-grams) by the coupled
+rule. A step's rows are chosen first and picked together (`picks`: one batched pick, one read-back), whatever
+the number of candidates; logits may be in the model's dtype (only the chosen rows are upcast).
+
 Processed distributions (temperature, top-k, top-p) always come from `sampling.process`, for the target
 and the draft alike.
 """
@@ -62,9 +66,23 @@ def _rows(logits: torch.Tensor, k: int) -> torch.Tensor:
 
 def target_tokens(logits: torch.Tensor, sp: SamplingParams, us: UStream | None, start: int) -> list[int]:
     """The tokens the target itself picks at each row: row i uses u_{start+i} (argmax when greedy)."""
-    if sp.greedy or us is None:
-        return logits.argmax(-1).tolist()
-    return next_tokens(logits, sp, us.span(start, logits.shape[0])).tolist()
+    return _picked(logits, sp, None if sp.greedy or us is None else us.span(start, logits.shape[0]))
+
+
+def picks(logits: torch.Tensor, rows, positions, sp: SamplingParams, us: UStream | None) -> list[int]:
+    """The target's own token at each of `rows` of `logits` (T, V), row rows[i] with the u of output position
+    positions[i] (argmax when greedy): the rows are chosen first (so a model-dtype pass is upcast only there),
+    then picked in one batched operation and read back in one transfer."""
+    rows = list(rows)
+    sel = logits[torch.tensor(rows, dtype=torch.long, device=logits.device)]
+    u = None if sp.greedy or us is None else torch.tensor([us[i] for i in positions], dtype=torch.float64)
+    return _picked(sel, sp, u)
+
+
+def _picked(rows: torch.Tensor, sp: SamplingParams, u: torch.Tensor | None) -> list[int]:
+    if u is None:
+        return rows.argmax(-1).tolist()
+    return next_tokens(rows, sp, u).tolist()
 
 
 def greedy(draft: list[int], logits: torch.Tensor) -> Verdict:
@@ -86,21 +104,32 @@ def _prefix(draft: list[int], target: list[int]) -> Verdict:
     return Verdict([int(t) for t in draft[:n]] + [int(target[n])], n)
 
 
-def longest(candidates: list[list[int]], logits: list[torch.Tensor], sp: SamplingParams, us: UStream | None,
-            start: int) -> tuple[int, Verdict]:
+def candidate_rows(first: int, at: list[int], candidates: list[list[int]], start: int
+                   ) -> tuple[list[int], list[int]]:
+    """(rows, output positions) whose target tokens verify several candidate continuations of one context at
+    once: `first` is the row predicting every candidate's first token (output position `start`), and candidate
+    c's token i sits at row at[c] + i and predicts position start + 1 + i. Pick them with `picks`, then `longest`."""
+    rows, positions = [first], [start]
+    for c, a in zip(candidates, at):
+        rows += range(a, a + len(c))
+        positions += range(start + 1, start + 1 + len(c))
+    return rows, positions
+
+
+def longest(candidates: list[list[int]], targets: list[int]) -> tuple[int, Verdict]:
     """Verify several candidate continuations of the same context; keep the one with the most accepted tokens.
 
-    logits[c] holds the k_c + 1 rows for candidate c (row 0, the prediction of the first token, is the same
-    context for every candidate). Ties go to the earlier candidate. Returns (index, verdict). With nothing to
-    verify pass one empty candidate and its single row: the verdict is then the target's own next token.
+    targets: the target's tokens at `candidate_rows` (the shared first row, then every candidate's rows in
+    order), all picked in one batched `picks`. Each candidate is checked with the coupled rule against its own
+    rows. Ties go to the earlier candidate. Returns (index, verdict). With no candidates the verdict is the
+    target's own next token (index -1).
     """
-    best, best_v = -1, None
-    for c, (cand, lg) in enumerate(zip(candidates, logits)):
-        v = coupled(cand, lg, sp, us, start)
-        if best_v is None or v.accepted > best_v.accepted:
+    best, best_v, at = -1, _prefix([], targets[:1]), 1
+    for c, cand in enumerate(candidates):
+        v = _prefix(cand, targets[:1] + targets[at:at + len(cand)])
+        at += len(cand)
+        if best < 0 or v.accepted > best_v.accepted:
             best, best_v = c, v
-    if best_v is None:
-        raise ValueError("longest() needs at least one candidate (an empty one verifies a single token)")
     return best, best_v
 
 
@@ -113,12 +142,15 @@ def rejection(draft: list[int], draft_probs: torch.Tensor, logits: torch.Tensor,
         return greedy(draft, logits)
     p = process(logits, sp)
     q = draft_probs.reshape(-1, p.shape[-1]).to(p.device, torch.float32)
-    for i, x in enumerate(map(int, draft)):
-        px, qx = float(p[i, x]), float(q[i, x])
-        if qx > 0 and rng.uniform() < min(1.0, px / qx):
+    k = len(draft)
+    if k:       # p_i(d_i) and q_i(d_i) of every draft token, read back in one transfer
+        ar, d = torch.arange(k, device=p.device), torch.tensor([int(t) for t in draft], device=p.device)
+        px, qx = torch.stack([p[ar, d], q[ar, d]]).tolist()
+    for i in range(k):
+        if qx[i] > 0 and rng.uniform() < min(1.0, px[i] / qx[i]):
             continue
         residual = (p[i] - q[i]).clamp_min(0)
-        if float(residual.sum()) <= 0:       # p == q up to rounding: the residual is undefined, p is exact
-            residual = p[i]
+        # p == q up to rounding: the residual is undefined, p is exact (chosen on the device: no read-back)
+        residual = torch.where(residual.sum() > 0, residual, p[i])
         return Verdict([int(t) for t in draft[:i]] + [rng.sample(residual)], i)
     return Verdict([int(t) for t in draft] + [rng.sample(p[len(draft)])], len(draft))

@@ -317,12 +317,13 @@ def test_remote_sot_sends_points_concurrently(servers, tiny_engine):
     sot = servers["sot"]
     assert sot.health()["max_in_flight"] == 0
     skeleton = "1. Open the file\n2. Loop over lines\n3. Close it"
-    params = {"_skeleton": skeleton, "point_max_tokens": 10}
-    got = list(RemoteEngine(sot.url).stream("sot", Request(prompt=PROMPT, max_new_tokens=60, params=params)))
+    params = {"point_max_tokens": 10}
+    got = list(RemoteEngine(sot.url).stream("sot", Request(prompt=PROMPT, max_new_tokens=60, skeleton=skeleton,
+                                                           params=params)))
     assert sot.health()["max_in_flight"] >= 2          # the point requests overlapped on the server
     assert sorted({s.segment for s in got}) == [1, 2, 3]
-    _, ref = in_process(tiny_engine, "sot", Request(prompt=PROMPT, max_new_tokens=60, params=params))
-    assert got[-1].info["answer"] == ref[-1].info["answer"]
+    _, ref = in_process(tiny_engine, "sot", Request(prompt=PROMPT, max_new_tokens=60, skeleton=skeleton, params=params))
+    assert got[-1].answer == ref[-1].answer
     assert got[-1].info["point_tokens"] == ref[-1].info["point_tokens"]
     assert got[-1].finished and not any(s.finished for s in got[:-1])
 
@@ -333,7 +334,7 @@ def test_remote_sot_with_a_skeleton_request(main, tiny_engine):
     sk = [s for s in got if s.segment == 0]
     assert sk and sk[0].text.startswith("1.")
     assert sk[-1].info["skeleton"] == next(s for s in ref if "skeleton" in s.info).info["skeleton"]
-    assert got[-1].info["answer"] == ref[-1].info["answer"]
+    assert got[-1].answer == ref[-1].answer
 
 
 # ---------------------------------------------------------------------------------------------- parsers

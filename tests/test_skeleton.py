@@ -47,7 +47,7 @@ def alone(engine, prompt, budget, request, stream=None):
 def point_ids(steps, n):
     ids = {b: [] for b in range(1, n + 1)}
     for s in steps:
-        if s.info.get("stage") == "expand":
+        if s.stage == "expand":
             ids[s.segment] += s.token_ids
     return ids
 
@@ -111,7 +111,7 @@ def test_batched_expansion_equals_each_point_alone(tiny_engine, temperature):
     e = tiny_engine
     # 24 tokens per point: long enough that attending to a padding slot would change a greedy token here
     req = Request(prompt=QUESTION, max_new_tokens=4 * 24, temperature=temperature, top_k=50, seed=3,
-                  params={"_skeleton": POINTS, "point_max_tokens": 24})
+                  skeleton=POINTS, params={"point_max_tokens": 24})
     prompts = expansion_prompts(e, POINTS)
     L = shared_prefix_len(prompts)
     suffixes = {len(p) - L for p in prompts}
@@ -124,7 +124,7 @@ def test_batched_expansion_equals_each_point_alone(tiny_engine, temperature):
         assert got[b] == want, f"point {b} differs from its expansion alone"
         assert len(want) > 3
     # the headers come from the skeleton and every point is in the answer, in order
-    answer = steps[-1].info["answer"]
+    answer = steps[-1].answer
     assert answer.split("\n")[0].startswith("1. dumps: Serialize obj")
     pos = [answer.index(f"{b}. {p}") for b, p in enumerate(POINTS, 1)]
     assert pos == sorted(pos)
@@ -132,14 +132,14 @@ def test_batched_expansion_equals_each_point_alone(tiny_engine, temperature):
 
 def test_pass_counting_is_honest_and_batching_saves_passes(tiny_engine):
     e = tiny_engine
-    req = Request(prompt=QUESTION, max_new_tokens=200, params={"_skeleton": POINTS, "point_max_tokens": 16})
+    req = Request(prompt=QUESTION, max_new_tokens=200, skeleton=POINTS, params={"point_max_tokens": 16})
     with PassCounter(e) as pc:
         steps = run(e, "sot", req)
     assert sum(s.forward_passes for s in steps) == pc.n
     # one Step per point per pass: within a pass only the first Step carries the forward pass
     for s in steps:
         if s.forward_passes == 0:
-            assert s.info.get("stage") == "expand" and s.segment > 1
+            assert s.stage == "expand" and s.segment > 1
     got = point_ids(steps, len(POINTS))
     serial = 0
     for b, prompt in enumerate(expansion_prompts(e, POINTS), 1):
@@ -150,7 +150,7 @@ def test_pass_counting_is_honest_and_batching_saves_passes(tiny_engine):
     batched = pc.n
     assert batched <= 16 + 1          # shared prefix + suffix prefill + 15 decode steps
     assert serial >= 3 * batched, (serial, batched)
-    assert all(s.info.get("batch") == len(POINTS) for s in steps if s.info.get("stage") == "expand")
+    assert all(s.info.get("batch") == len(POINTS) for s in steps if s.stage == "expand")
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
@@ -158,14 +158,14 @@ def test_sequential_expansion_gives_the_batched_text_with_more_passes(tiny_engin
     """expansion=sequential (the plain-decoder baseline) writes exactly the batched answer, point after
     point in segment order, and spends about one pass per token instead of one per batched step."""
     e = tiny_engine
-    base = dict(prompt=QUESTION, max_new_tokens=4 * 20, temperature=temperature, top_k=50, seed=5)
-    params = {"_skeleton": POINTS, "point_max_tokens": 20}
+    base = dict(prompt=QUESTION, max_new_tokens=4 * 20, temperature=temperature, top_k=50, seed=5, skeleton=POINTS)
+    params = {"point_max_tokens": 20}
     with PassCounter(e) as pb:
         batched = run(e, "sot", Request(**base, params=params))
     with PassCounter(e) as ps:
         seq = run(e, "sot", Request(**base, params={**params, "expansion": "sequential"}))
     assert point_ids(seq, len(POINTS)) == point_ids(batched, len(POINTS))
-    assert seq[-1].info["answer"] == batched[-1].info["answer"]
+    assert seq[-1].answer == batched[-1].answer
     segs = [s.segment for s in seq if s.token_ids]
     assert segs == sorted(segs) and set(segs) == set(range(1, len(POINTS) + 1))
     assert sum(s.forward_passes for s in seq) == ps.n and sum(s.forward_passes for s in batched) == pb.n
@@ -177,7 +177,7 @@ def test_sequential_expansion_gives_the_batched_text_with_more_passes(tiny_engin
 
 def test_budgets_and_independent_finishing(tiny_engine):
     e = tiny_engine
-    req = Request(prompt=QUESTION, max_new_tokens=30, params={"_skeleton": POINTS, "point_max_tokens": 48})
+    req = Request(prompt=QUESTION, max_new_tokens=30, skeleton=POINTS, params={"point_max_tokens": 48})
     steps = run(e, "sot", req)
     info = steps[-1].info
     assert info["point_tokens"] == [7, 7, 7, 7]          # 30 // 4
@@ -189,7 +189,7 @@ def test_budgets_and_independent_finishing(tiny_engine):
 def test_finished_point_stops_emitting_while_others_continue(tiny_engine):
     """A stop string ends one point early; the others go on in the same batch and still match alone."""
     e = tiny_engine
-    base = Request(prompt=QUESTION, max_new_tokens=64, params={"_skeleton": POINTS, "point_max_tokens": 16})
+    base = Request(prompt=QUESTION, max_new_tokens=64, skeleton=POINTS, params={"point_max_tokens": 16})
     free = point_ids(run(e, "sot", base), 4)
     text1 = e.decode(free[1])
     cut = e.decode(free[1][:3])
@@ -241,8 +241,8 @@ def test_generic_template_shares_question_and_skeleton(tiny_engine):
     prompts = expansion_prompts(e, pts, "generic", q)
     L = shared_prefix_len(prompts)
     assert q in e.decode(prompts[0][:L]) and "3. Stronger muscles" in e.decode(prompts[0][:L])
-    req = Request(prompt=q, max_new_tokens=24, params={"_skeleton": pts, "template": "generic",
-                                                       "point_max_tokens": 8})
+    req = Request(prompt=q, max_new_tokens=24, skeleton=pts, params={"template": "generic",
+                                                                     "point_max_tokens": 8})
     got = point_ids(run(e, "sot", req), 3)
     for b, p in enumerate(prompts, 1):
         assert got[b] == alone(e, p, 8, req)
@@ -251,13 +251,13 @@ def test_generic_template_shares_question_and_skeleton(tiny_engine):
 # ------------------------------------------------------------------------------------------- fallback
 def test_one_point_skeleton_falls_back_to_ar_with_reason(tiny_engine):
     e = tiny_engine
-    req = Request(prompt=QUESTION, max_new_tokens=12, params={"_skeleton": ["only one point"]})
+    req = Request(prompt=QUESTION, max_new_tokens=12, skeleton=["only one point"])
     steps = run(e, "sot", req)
     assert "1 point" in steps[0].info["fallback"]
     ar = run(e, "ar", Request(prompt=QUESTION, max_new_tokens=12))
     assert [t for s in steps for t in s.token_ids] == [t for s in ar for t in s.token_ids]
     assert all(s.segment == 1 for s in steps)
-    assert steps[-1].info["answer"] == "".join(s.text for s in ar)
+    assert steps[-1].answer == "".join(s.text for s in ar)
 
 
 def test_model_skeleton_stage_and_fallback_counts_passes(tiny_engine):
@@ -266,7 +266,7 @@ def test_model_skeleton_stage_and_fallback_counts_passes(tiny_engine):
     req = Request(prompt=QUESTION, max_new_tokens=10, params={"skeleton_max_tokens": 12})
     with PassCounter(e) as pc:
         steps = run(e, "sot", req)
-    sk = [s for s in steps if s.info.get("stage") == "skeleton"]
+    sk = [s for s in steps if s.stage == "skeleton"]
     assert len(sk) == 12 and all(s.segment == 0 and s.forward_passes == 1 for s in sk)
     assert sk[0].prefill and sk[0].text.startswith("1.")
     assert "points" in sk[-1].info and len(sk[-1].info["points"]) < 2
@@ -328,28 +328,28 @@ def test_sot_r_runs_ar_directly_on_non_list_questions(tiny_engine):
         steps = run(e, "sot-r", Request(prompt=q, max_new_tokens=10))
     ar = run(e, "ar", Request(prompt=q, max_new_tokens=10))
     assert steps[0].info["route"] == "ar" and steps[0].info["p_list"] < 0.5
-    assert not any(s.info.get("stage") == "skeleton" for s in steps)
+    assert not any(s.stage == "skeleton" for s in steps)
     assert [s.token_ids for s in steps] == [s.token_ids for s in ar]
     assert pc.n == sum(s.forward_passes for s in ar) == 10
 
 
 def test_sot_r_runs_sot_on_list_questions(tiny_engine):
     e = tiny_engine
-    req = Request(prompt=QUESTION, max_new_tokens=16, params={"_skeleton": POINTS, "point_max_tokens": 4})
+    req = Request(prompt=QUESTION, max_new_tokens=16, skeleton=POINTS, params={"point_max_tokens": 4})
     steps = run(e, "sot-r", req)
     assert steps[0].info["route"] == "sot"
-    direct = run(e, "sot", dataclasses.replace(req, params={"_skeleton": POINTS, "point_max_tokens": 4}))
+    direct = run(e, "sot", dataclasses.replace(req, params={"point_max_tokens": 4}))
     assert [(s.segment, s.token_ids) for s in steps] == [(s.segment, s.token_ids) for s in direct]
-    assert steps[-1].info["answer"] == direct[-1].info["answer"]
+    assert steps[-1].answer == direct[-1].answer
 
 
 # ------------------------------------------------------------------------------------------- history
 def test_sot_history_keeps_only_question_and_answer(tiny_engine):
     msgs = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
             {"role": "user", "content": QUESTION}]
-    req = Request(messages=msgs, max_new_tokens=8, params={"_skeleton": POINTS[:2]})
+    req = Request(messages=msgs, max_new_tokens=8, skeleton=POINTS[:2])
     steps = run(tiny_engine, "sot", req)
-    answer = steps[-1].info["answer"]
+    answer = steps[-1].answer
     nxt = sot_history(msgs, answer)
     assert nxt == msgs + [{"role": "assistant", "content": answer}]
     assert not any("Expand point" in m["content"] for m in nxt)
@@ -375,16 +375,16 @@ def test_default_model_outline_end_to_end(tiny_model_engine):
     with PassCounter(e) as pc:
         steps = run(e, "sot", req)
     assert sum(s.forward_passes for s in steps) == pc.n
-    sk = [s for s in steps if s.info.get("stage") == "skeleton"]
+    sk = [s for s in steps if s.stage == "skeleton"]
     assert sk and sk[0].text.startswith("1.")
     points = sk[-1].info["points"]
     if len(points) < 2:
         assert any("fallback" in s.info for s in steps)
         return
-    pre = [s for s in steps if s.info.get("stage") == "expand-prefix"]
+    pre = [s for s in steps if s.stage == "expand-prefix"]
     assert pre and pre[0].info["reused_tokens"] > 5      # the question's tokens come from the skeleton pass
     got = point_ids(steps, len(points))
     budget = point_budgets(len(points), 160, 40)[0]
     for b, prompt in enumerate(expansion_prompts(e, points, question=req.prompt), 1):
         assert got[b] == alone(e, prompt, budget, req)
-    assert steps[-1].info["answer"].startswith("1. ")
+    assert steps[-1].answer.startswith("1. ")

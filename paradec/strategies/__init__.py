@@ -1,7 +1,7 @@
 """Decoding strategies, one file each, registered by name in `base.REGISTRY`."""
 import importlib
 
-from .base import (REGISTRY, Output, Param, Request, RequestError, Step, Strategy, get,  # noqa: F401
+from .base import (REGISTRY, Output, Param, Request, RequestError, Run, Step, Strategy, get,  # noqa: F401
                    length_check_engine, register)
 
 MODULES = ["autoregressive", "hf_generate", "speculative", "prompt_lookup", "lookahead", "skeleton",

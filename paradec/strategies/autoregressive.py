@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..decoding import one_token_steps
-from .base import Output, Request, Strategy, register, u_stream
+from .base import Run, Strategy, register
 
 
 @register
@@ -12,9 +12,7 @@ class Autoregressive(Strategy):
     lossless = True
     params = {}
 
-    def stream(self, engine, request: Request):
-        ids = request.validate(engine)
-        cache = engine.new_cache()
-        logits = engine.forward(ids, cache, logits_to_keep=1)[0, -1]
-        yield from one_token_steps(engine, Output(engine, request), logits, cache,
-                                   sampling=request.sampling, us=u_stream(request))
+    def steps(self, run: Run):
+        engine, cache = run.engine, run.cache
+        logits = engine.forward(run.ids, cache, logits_to_keep=1, upcast=False)[0, -1]
+        yield from one_token_steps(engine, run.out, logits, cache, sampling=run.sampling, us=run.us)

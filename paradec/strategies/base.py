@@ -3,10 +3,16 @@
 A strategy has a name, its parameters (defaults and validation) and `stream(engine, request)`, a generator
 whose every `next()` does one unit of model work - one target forward pass plus whatever drafting belongs
 to it - and yields a `Step`. Strategies never time themselves: the race runner times each `next()`.
+
+`stream` does the set-up every strategy shares once (`Strategy.begin`: validate the request, encode its prompt,
+resolve the parameters, the u stream, the `Output`, a KV cache) and hands the resulting `Run` to the
+strategy's own `steps(run)`. Everything that controls a run is a typed field: of the `Request` (a given SoT
+`skeleton`), of the `Step` (`stage`, `planning`, `answer`); `params` holds only the strategy's own parameters.
 """
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -14,6 +20,11 @@ from ..sampling import SamplingParams, UStream
 
 MAX_NEW_TOKENS_LIMIT = 4096
 MAX_PROMPT_CHARS = 200_000
+
+
+# Request.prompt_ids' memo, beside the requests rather than in them (a request's fields stay its own): id(request)
+# -> (engine, what the ids were encoded from, ids); an entry goes when its request does.
+_ENCODED: dict[int, tuple] = {}
 
 
 class RequestError(ValueError):
@@ -33,14 +44,30 @@ class Request:
     seed: int = 0
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False
-    params: dict[str, Any] = field(default_factory=dict)   # strategy-specific parameters
+    params: dict[str, Any] = field(default_factory=dict)   # the strategy's own parameters (Strategy.params)
+    skeleton: str | list[str] | None = None  # SoT: a given skeleton (its text or its points), no skeleton pass;
+    #                                          set in process only (tests, replays), never from a client
 
     @property
     def sampling(self) -> SamplingParams:
         return SamplingParams(self.temperature, self.top_k, self.top_p)
 
-    def validate(self, engine=None) -> list[int] | None:
-        """Check every field; with an engine also encode the prompt and check it fits. Returns the prompt ids."""
+    def prompt_ids(self, engine) -> list[int]:
+        """The prompt's token ids on `engine` (chat template applied as the request says). Encoded once per
+        request object: the server's default max_tokens, its length check and the strategy all ask for them.
+        A copy (`dataclasses.replace`) encodes again, so every lane of a race pays its own encoding."""
+        source = (self.prompt, None if self.messages is None else [dict(m) for m in self.messages], self.chat,
+                  self.assistant_prefix)
+        memo = _ENCODED.get(id(self))
+        if memo is None or memo[0] is not engine or memo[1] != source:
+            if memo is None:
+                weakref.finalize(self, _ENCODED.pop, id(self), None)
+            memo = _ENCODED[id(self)] = (engine, source, list(engine.encode(self)))
+        return list(memo[2])
+
+    def validate(self, engine=None, long_ok: bool = False) -> list[int] | None:
+        """Check every field; with an engine also encode the prompt and check it fits (unless `long_ok`: the
+        strategy reads prompts longer than the context and checks them itself). Returns the prompt ids."""
         if self.messages is not None:
             if not isinstance(self.messages, list) or not self.messages or not all(
                     isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in self.messages):
@@ -59,10 +86,13 @@ class Request:
         _check_int("seed", self.seed, 0, 2**63 - 1)
         if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
             raise RequestError("stop must be a list of non-empty strings")
+        if self.skeleton is not None and not isinstance(self.skeleton, str) and not (
+                isinstance(self.skeleton, list) and all(isinstance(x, str) for x in self.skeleton)):
+            raise RequestError("skeleton must be a text or a list of points")
         if engine is None:
             return None
-        ids = engine.encode(self)
-        if len(ids) + self.max_new_tokens > engine.context_length and not self.params.get("_long_ok"):
+        ids = self.prompt_ids(engine)
+        if len(ids) + self.max_new_tokens > engine.context_length and not long_ok:
             raise RequestError(
                 f"the prompt is {len(ids)} tokens and max_new_tokens is {self.max_new_tokens}: together they "
                 f"exceed the model's context of {engine.context_length} tokens; shorten the prompt or lower "
@@ -96,6 +126,10 @@ class Step:
     prefill: bool = False             # the step included the prompt prefill
     finished: bool = False
     finish_reason: str | None = None  # eos | length | stop | stopped | fallback...
+    stage: str = ""                   # the part of a multi-stage strategy that made the step (SoT: skeleton,
+    #                                   expand-prefix, expand, fallback); "" for single-stage strategies
+    planning: bool = False            # the step's tokens plan the answer and are not part of it (SoT's skeleton)
+    answer: str | None = None         # on the last Step: the answer, when it is not the segments' text in order
     info: dict = field(default_factory=dict)   # anything else worth showing (SoT skeleton, notes)
 
 
@@ -109,12 +143,29 @@ class Param:
     choices: tuple | None = None
 
 
+@dataclass
+class Run:
+    """What a strategy's `steps` starts from: the set-up `Strategy.begin` does once for every strategy."""
+    engine: Any
+    request: Request
+    params: dict                  # the resolved parameters (Strategy.resolve_params)
+    ids: list[int] | None         # the prompt's token ids (None for a strategy that builds its own prompts)
+    us: UStream | None            # the request's u stream (None when greedy)
+    out: Output                   # the output: stopping rules and text
+    cache: Any                    # an empty KV cache
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return self.request.sampling
+
+
 class Strategy:
     name: str = ""
     title: str = ""
     lossless: bool = True
     params: dict[str, Param] = {}
     accepts_long_prompts: bool = False   # reads prompts longer than the model's context (checks them itself)
+    encodes_prompt: bool = True          # False: builds its own prompts from the request (SoT); not encoded
 
     def available(self, engine) -> tuple[bool, str]:
         """(usable with this engine, why not + the command that makes it usable)."""
@@ -126,7 +177,7 @@ class Strategy:
         out = {}
         profile = getattr(engine, "profile", None)
         defaults = profile.defaults_for(self.name) if profile is not None else {}
-        unknown = set(k for k in request.params if not k.startswith("_")) - set(self.params)
+        unknown = set(request.params) - set(self.params)
         if unknown:
             raise RequestError(f"{self.name}: unknown parameter(s) {', '.join(sorted(unknown))}; "
                                f"known: {', '.join(self.params) or 'none'}")
@@ -150,7 +201,22 @@ class Strategy:
             out[k] = v
         return out
 
+    def begin(self, engine, request: Request) -> Run:
+        """The shared set-up: validate the request (and encode and length-check its prompt), resolve the
+        parameters, and make the u stream, the Output and a KV cache."""
+        if self.encodes_prompt:
+            ids = request.validate(engine, long_ok=self.accepts_long_prompts)
+        else:
+            ids = request.validate()
+        params = self.resolve_params(request, engine)
+        return Run(engine, request, params, ids, u_stream(request), Output(engine, request), engine.new_cache())
+
     def stream(self, engine, request: Request) -> Iterator[Step]:
+        """The Steps of one run (a generator: the set-up happens on the first `next()`, inside the timed region
+        like the rest of the work)."""
+        yield from self.steps(self.begin(engine, request))
+
+    def steps(self, run: Run) -> Iterator[Step]:
         raise NotImplementedError
 
 

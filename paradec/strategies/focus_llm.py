@@ -17,14 +17,11 @@ itself, only what the candidates carry. Needs trained parameters (`python -m par
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
 from .. import focus as F
 from ..decoding import one_token_steps
-from .base import (Output, Param, Request, RequestError, Step, Strategy, register, trained_availability,
-                   u_stream)
+from .base import Param, Request, RequestError, Run, Step, Strategy, register, trained_availability
 from .parallel_context import plan_chunks, question_start
 
 
@@ -49,9 +46,14 @@ class FocusLLM(Strategy):
                                     F.hint(engine))       # adapter_for refuses parameters made for another model
 
     def layout(self, engine, request: Request, dynamic: int) -> dict:
-        p = self.resolve_params(request, engine)
-        ids = replace(request, params={**request.params, "_long_ok": True}).validate(engine)
-        C, M = engine.context_length, request.max_new_tokens
+        """Validate the request and plan the memory chunks: {'chunks', 'question', 'window', 'refresh'}."""
+        return self.plan(engine, request.validate(engine, long_ok=True), self.resolve_params(request, engine),
+                         request.max_new_tokens, dynamic)
+
+    def plan(self, engine, ids: list[int], p: dict, M: int, dynamic: int) -> dict:
+        """The layout of a validated prompt `ids` under parameters `p`, `M` new tokens and a `dynamic`-token
+        dynamic prompt (see `layout`)."""
+        C = engine.context_length
         # a prompt that fits the context needs no memory: the base model reads it whole, exactly as `ar`
         q0 = 0 if len(ids) + M <= C else question_start(engine, ids, p["question_tokens"])
         question, memory = ids[q0:], ids[:q0]
@@ -71,12 +73,13 @@ class FocusLLM(Strategy):
                 "max_new_tokens")
         return {"chunks": chunks, "question": question, "window": window, "refresh": p["refresh"]}
 
-    def stream(self, engine, request: Request):
-        ad = F.FocusAdapter.require(engine, self.resolve_params(request, engine)["adapter"] or None)
-        lay = self.layout(engine, request, ad.dynamic)
+    def steps(self, run: Run):
+        engine, request = run.engine, run.request
+        ad = F.FocusAdapter.require(engine, run.params["adapter"] or None)
+        lay = self.plan(engine, run.ids, run.params, request.max_new_tokens, ad.dynamic)
         chunks, local = lay["chunks"], list(lay["question"])
         n = len(chunks)
-        out = Output(engine, request)
+        out = run.out
         info = {"chunks": n, "chunk_lengths": [len(c) for c in chunks], "window": lay["window"],
                 "question_tokens": len(local), "dynamic_prompt": min(ad.dynamic, len(local))}
         enc = None
@@ -112,7 +115,7 @@ class FocusLLM(Strategy):
             pos = n + len(local) + len(out.ids) - 1
             return engine.forward([tok], cache, [pos], logits_to_keep=1)[0, -1], 1
 
-        for st in one_token_steps(engine, out, logits, sampling=request.sampling, us=u_stream(request),
+        for st in one_token_steps(engine, out, logits, sampling=run.sampling, us=run.us,
                                   passes=2 if enc is not None else 1, feed=feed):
             if st.prefill:
                 st.info.update(info)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Output, Param, Request, Strategy, register
+from .base import Param, Run, Strategy, register
 
 
 @register
@@ -14,9 +14,8 @@ class HFGenerate(Strategy):
     params = {"assistant": Param(False, bool, help="use the draft model as assistant_model"),
               "prompt_lookup_num_tokens": Param(0, int, 0, 64, help="transformers' prompt lookup")}
 
-    def stream(self, engine, request: Request):
-        ids = request.validate(engine)
-        p = self.resolve_params(request, engine)
+    def steps(self, run: Run):
+        engine, request, p, ids = run.engine, run.request, run.params, run.ids
         # the same stop tokens as every other strategy (the model profile's, not only the generation config's)
         kw = dict(max_new_tokens=request.max_new_tokens, pad_token_id=engine.pad_id, eos_token_id=sorted(engine.eos_ids))
         if request.sampling.greedy:
@@ -36,10 +35,9 @@ class HFGenerate(Strategy):
         with torch.inference_mode():
             gen = engine.model.generate(input_ids=x, attention_mask=torch.ones_like(x), **kw)
         new = gen[0, len(ids):].tolist()
-        out = Output(engine, request)
         # plain generate: one pass per token; assisted / prompt lookup: transformers does not report its passes
         plain = not (p["assistant"] or p["prompt_lookup_num_tokens"])
-        yield out.step(new, forward_passes=len(new) if plain else 0, prefill=True,
+        yield run.out.step(new, forward_passes=len(new) if plain else 0, prefill=True,
                        info={} if plain else {"note": "forward passes not reported by transformers"})
 
 

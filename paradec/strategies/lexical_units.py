@@ -26,7 +26,7 @@ import torch
 
 from ..lud import AdapterError, LUDAdapter
 from ..sampling import next_tokens
-from .base import Output, Param, Request, RequestError, Strategy, register, trained_availability, u_stream
+from .base import Param, RequestError, Run, Strategy, register, trained_availability
 
 
 @register
@@ -46,18 +46,15 @@ class LexicalUnits(Strategy):
         return trained_availability("the LUD parameters", lambda: LUDAdapter.find(engine), lambda ad: True,
                                     LUDAdapter.hint(engine))    # find refuses parameters made for another model
 
-    def stream(self, engine, request: Request):
-        p = self.resolve_params(request, engine)
-        ids = request.validate(engine)
+    def steps(self, run: Run):
+        engine, p, out, cache = run.engine, run.params, run.out, run.cache
         try:
             adapter = LUDAdapter.require(engine, p["adapter"] or None)
         except (AdapterError, FileNotFoundError) as e:
             raise RequestError(f"lud: {e}") from e
         threshold, max_rep = p["threshold"], p["max_repeat"]
-        sp, us = request.sampling, u_stream(request)
-        out = Output(engine, request)
-        cache = engine.new_cache()
-        feed = list(ids)
+        sp, us = run.sampling, run.us
+        feed = list(run.ids)
         prefill = True
         while True:
             n_pad = max(0, min(p["k"] - 1, out.budget - len(out.ids) - 1))
@@ -66,12 +63,12 @@ class LexicalUnits(Strategy):
             gate = torch.zeros(len(tokens), dtype=torch.bool)
             gate[len(feed):] = True
             with adapter.gated(gate):
-                logits = engine.forward(tokens, cache, logits_to_keep=n_pad + 1)[0]
+                logits = engine.forward(tokens, cache, logits_to_keep=n_pad + 1, upcast=False)[0]
             V = logits.shape[-1] - 1        # the applied adapter adds column V: its STOP class
             first = int(next_tokens(logits[0, :V], sp, us[len(out.ids)] if us else None))
             new = [first]
             if n_pad:
-                probs = torch.softmax(logits[1:], -1)
+                probs = torch.softmax(logits[1:].float(), -1)
                 conf, top = probs.max(-1)
                 for c, t in zip(conf.tolist(), top.tolist()):
                     hist = out.ids + new

@@ -28,12 +28,13 @@ tokens accepted from the best one, so acceptance = accepted / drafted is per ver
 """
 from __future__ import annotations
 
+import functools
 import random
 
 import torch
 
 from .. import verification
-from .base import Output, Param, Request, Strategy, register, u_stream
+from .base import Param, Run, Strategy, register
 
 POOL_PER_KEY = 16
 
@@ -65,12 +66,31 @@ class NgramPool:
         return sum(map(len, self.table.values()))
 
 
+@functools.lru_cache(maxsize=64)
+def _tril(n: int) -> torch.Tensor:
+    return torch.ones(n, n, dtype=torch.bool).tril()
+
+
+@functools.lru_cache(maxsize=64)
+def window_mask(W: int, L: int) -> torch.Tensor:
+    """The (L*W, L*W) 'may attend' block of the lookahead window (level-major), built once per window shape:
+    token (l, j) sees level 0 at columns <= j and its own column at levels 1..l. Read-only."""
+    allowed = torch.zeros(L * W, L * W, dtype=torch.bool)
+    for l in range(L):
+        for j in range(W):
+            r = l * W + j
+            allowed[r, :j + 1] = True                                   # level 0, columns <= j
+            allowed[r, [m * W + j for m in range(1, l + 1)]] = True     # own column, levels 1..l
+    return allowed
+
+
 def layout(pending: list[int], cached: int, levels: list[list[int]], cands: list[list[int]]):
     """Tokens, position ids and the (T, T) 'may attend' matrix of one lookahead pass (see the module doc).
 
     pending: uncached context tokens (the last is the current token), starting at position `cached`;
     levels: the lookahead window, level-major (may be empty); cands: candidate continuations of the current
     token. Returns (tokens, positions, allowed, index of the window's first token, index of each candidate).
+    The static blocks (the window's, the causal triangles) are built once and copied in.
     """
     P = len(pending)
     pos = cached + P - 1                      # position of the current token
@@ -88,14 +108,12 @@ def layout(pending: list[int], cached: int, levels: list[list[int]], cands: list
     T = len(toks)
     allowed = torch.zeros(T, T, dtype=torch.bool)
     allowed[:, :P] = True
-    allowed[:P, :P] = torch.ones(P, P, dtype=torch.bool).tril()
-    for l in range(len(levels)):
-        for j in range(W):
-            r = look_at + l * W + j
-            allowed[r, look_at:look_at + j + 1] = True                          # level 0, columns <= j
-            allowed[r, [look_at + m * W + j for m in range(1, l + 1)]] = True     # own column, levels 1..l
+    allowed[:P, :P] = _tril(P)
+    if levels:
+        n = len(levels) * W
+        allowed[look_at:look_at + n, look_at:look_at + n] = window_mask(W, len(levels))
     for c, at in zip(cands, cand_at):
-        allowed[at:at + len(c), at:at + len(c)] = torch.ones(len(c), len(c), dtype=torch.bool).tril()
+        allowed[at:at + len(c), at:at + len(c)] = _tril(len(c))
     return toks, positions, allowed, look_at, cand_at
 
 
@@ -111,20 +129,17 @@ class Lookahead(Strategy):
         "context_pool": Param(True, bool, help="also pool the n-grams of the prompt and the output"),
     }
 
-    def stream(self, engine, request: Request):
-        ids = request.validate(engine)
-        p = self.resolve_params(request, engine)
+    def steps(self, run: Run):
+        engine, p, out, cache = run.engine, run.params, run.out, run.cache
         W, N, G = p["window"], p["ngram"], p["candidates"]
-        sp, us = request.sampling, u_stream(request)
-        out = Output(engine, request)
-        seq = list(ids)
-        rnd = random.Random(request.seed)
+        sp, us = run.sampling, run.us
+        seq = list(run.ids)
+        rnd = random.Random(run.request.seed)
         filler = lambda: seq[rnd.randrange(len(seq))]   # noqa: E731 - a guess drawn from the context
         levels = [[filler() for _ in range(W)]]
         pool = NgramPool()
         if p["context_pool"]:
             pool.add_all(seq, N)
-        cache = engine.new_cache()
         prefill = True
         while True:
             cached = engine.cache_len(cache)
@@ -145,19 +160,22 @@ class Lookahead(Strategy):
             logits = engine.forward(toks, cache, positions, engine.tree_mask(cached, allowed), upcast=False)[0]
             engine.crop(cache, len(seq))
 
-            # ---- verify the candidates (or take the target's own token)
+            # ---- verify the candidates (or take the target's own token) and read the Jacobi guesses: every row
+            # this step needs is picked in one batched operation
             start = len(out.ids)
-            if cands:
-                rows = [logits[[P - 1] + list(range(at, at + len(c)))] for c, at in zip(cands, cand_at)]
-                _, v = verification.longest(cands, rows, sp, us, start)
-            else:
-                v = verification.coupled([], logits[P - 1:P], sp, us, start)
-
-            # ---- Jacobi update and n-gram harvest
+            rows, upos = verification.candidate_rows(P - 1, cand_at, cands, start)
+            n_verify = len(rows)
             if look:
                 last = look_at + (L - 1) * W
                 # column j's last level predicts output index start + L + j: use that position's u
-                guesses = verification.target_tokens(logits[last:last + W], sp, us, start + L)
+                rows += range(last, last + W)
+                upos += range(start + L, start + L + W)
+            picked = verification.picks(logits, rows, upos, sp, us)
+            _, v = verification.longest(cands, picked[:n_verify])
+
+            # ---- Jacobi update and n-gram harvest
+            if look:
+                guesses = picked[n_verify:]
                 if L == N - 1:
                     for j in range(W):
                         pool.add([levels[l][j] for l in range(L)] + [guesses[j]])

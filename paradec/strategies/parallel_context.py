@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import replace
 
 import torch
 
 from ..decoding import one_token_steps
-from .base import Output, Param, Request, RequestError, Step, Strategy, register, u_stream
+from .base import Param, Request, RequestError, Run, Step, Strategy, register
 
 MARKER = re.compile(r"\n\nQuestion:")
 PARAGRAPH = re.compile(r"\n\n\S")     # a blank line followed by text (not a chat template's tail)
@@ -102,11 +101,14 @@ class ParallelContextWindows(Strategy):
 
     def layout(self, engine, request: Request) -> dict:
         """Validate the request and plan the chunks: {'ids', 'chunks', 'question', 'shared', 'window'}."""
-        p = self.resolve_params(request, engine)
-        ids = replace(request, params={**request.params, "_long_ok": True}).validate(engine)
+        return self.plan(engine, request.validate(engine, long_ok=True), self.resolve_params(request, engine),
+                         request.max_new_tokens)
+
+    def plan(self, engine, ids: list[int], p: dict, M: int) -> dict:
+        """The chunks of a validated prompt `ids` under parameters `p` and `M` new tokens (see `layout`)."""
         q0 = question_start(engine, ids, p["question_tokens"])
         question, context = ids[q0:], ids[:q0]
-        C, M = engine.context_length, request.max_new_tokens
+        C = engine.context_length
         window = p["window"] or max(64, C - len(question) - M)
         bos = getattr(engine.tokenizer, "bos_token_id", None)
         shared = [bos] if bos is not None and len(context) > 1 and context[0] == bos else []
@@ -126,8 +128,9 @@ class ParallelContextWindows(Strategy):
                 "question_tokens or max_new_tokens")
         return {"ids": ids, "chunks": chunks, "question": question, "shared": len(shared), "window": window}
 
-    def stream(self, engine, request: Request):
-        lay = self.layout(engine, request)
+    def steps(self, run: Run):
+        engine = run.engine
+        lay = self.plan(engine, run.ids, run.params, run.request.max_new_tokens)
         chunks, question = lay["chunks"], lay["question"]
         info = {"chunks": len(chunks), "chunk_lengths": [len(c) for c in chunks], "window": lay["window"],
                 "question_tokens": len(question)}
@@ -137,13 +140,14 @@ class ParallelContextWindows(Strategy):
             yield Step(forward_passes=1, prefill=True, info=info)
             info = {}
         else:
-            cache = engine.new_cache()
+            cache = run.cache
         past = engine.cache_len(cache)
         q = len(question)
         mask = engine.tree_mask(past, torch.ones(q, q, dtype=torch.bool).tril())
-        logits = engine.forward(question, cache, list(range(pos, pos + q)), mask, logits_to_keep=1)[0, -1]
-        for st in one_token_steps(engine, Output(engine, request), logits, cache, sampling=request.sampling,
-                                  us=u_stream(request), position=pos + q):
+        logits = engine.forward(question, cache, list(range(pos, pos + q)), mask, logits_to_keep=1,
+                                upcast=False)[0, -1]
+        for st in one_token_steps(engine, run.out, logits, cache, sampling=run.sampling, us=run.us,
+                                  position=pos + q):
             if st.prefill:
                 st.info.update(info)
             yield st

@@ -12,7 +12,7 @@ the continuation keeps following the same offset, so a repeating cycle shorter t
 from __future__ import annotations
 
 from .. import verification
-from .base import Output, Param, Request, Strategy, register, u_stream
+from .base import Param, Run, Strategy, register
 
 
 def _copy(seq: list[int], src: int, num_pred: int) -> list[int]:
@@ -78,21 +78,19 @@ class PromptLookup(Strategy):
         "num_pred": Param(10, int, 1, 64, help="tokens proposed after a match"),
     }
 
-    def stream(self, engine, request: Request):
-        ids = request.validate(engine)
-        p = self.resolve_params(request, engine)
-        sp, us = request.sampling, u_stream(request)
-        out = Output(engine, request)
-        seq = list(ids)
+    def steps(self, run: Run):
+        engine, p, out, cache = run.engine, run.params, run.out, run.cache
+        sp, us = run.sampling, run.us
+        seq = list(run.ids)
         index = ContextIndex(p["max_ngram"])
         index.extend(seq)
-        cache = engine.new_cache()
         prefill = True
         while True:
             room = out.budget - len(out.ids) - 1          # the last budget token comes free
             proposals = index.propose(min(p["num_pred"], room))
             base, k = len(seq), len(proposals)
-            logits = engine.forward(seq[engine.cache_len(cache):] + proposals, cache, logits_to_keep=k + 1)[0]
+            logits = engine.forward(seq[engine.cache_len(cache):] + proposals, cache, logits_to_keep=k + 1,
+                                    upcast=False)[0]
             v = verification.coupled(proposals, logits, sp, us, start=len(out.ids))
             engine.crop(cache, base + v.accepted)
             seq += v.tokens

@@ -26,12 +26,14 @@ prefill included; there are no separate draft passes.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .. import ptp as P
 from .. import verification
 from ..sampling import UStream, pick, process
-from .base import Output, Param, Request, Strategy, register, trained_availability, u_stream
+from .base import Param, Run, Strategy, register, trained_availability
 
 # On a CPU a pass costs roughly in proportion to its positions, so the full quadratic layout (block 16: 272
 # positions) loses to `ar`; these defaults keep a pass small. On a GPU a pass of a few hundred positions costs
@@ -58,10 +60,16 @@ def choose_branches(conf: list[float], budget: int) -> list[int]:
     return sorted(best)
 
 
-def layout(n_real: int, m: int, branches: list[int], slots: int):
+def layout(n_real: int, m: int, branches: list[int], slots: int, device=None):
     """Masks and offsets of one fused pass over n_real real tokens (the last m+1 being x0, d1..dm) followed by
     len(branches) * slots auxiliary slots. Returns (allowed (T, T) bool, offsets (T,) position offsets from the
-    first real token, aux index (n_aux,) sequence indices of the slots)."""
+    first real token, aux index (n_aux,) sequence indices of the slots), on `device` (default: the CPU).
+    A decode repeats a few shapes, so each is built once and shared: the tensors are read-only."""
+    return _layout(n_real, m, tuple(branches), slots, torch.device(device or "cpu"))
+
+
+@functools.lru_cache(maxsize=128)
+def _layout(n_real: int, m: int, branches: tuple, slots: int, device: torch.device):
     T = n_real + len(branches) * slots
     allowed = torch.zeros(T, T, dtype=torch.bool)
     allowed[:n_real, :n_real] = torch.ones(n_real, n_real, dtype=torch.bool).tril()
@@ -73,7 +81,7 @@ def layout(n_real: int, m: int, branches: list[int], slots: int):
         allowed[s:s + slots, :x0 + j + 1] = True                              # context up to dj
         allowed[s:s + slots, s:s + slots] = torch.ones(slots, slots, dtype=torch.bool).tril()
         offsets[s:s + slots] = x0 + j + torch.arange(slots)                   # slot 1 at dj's position
-    return allowed, offsets, torch.arange(n_real, T)
+    return allowed.to(device), offsets.to(device), torch.arange(n_real, T, device=device)
 
 
 @register
@@ -94,12 +102,11 @@ class ParallelTokenPrediction(Strategy):
         return trained_availability("the PTP adapter", lambda: P.adapter_for(engine), lambda ad: True,
                                     P.hint(engine))       # adapter_for refuses one made for another model
 
-    def stream(self, engine, request: Request):
-        ids = request.validate(engine)
-        p = self.resolve_params(request, engine)
+    def steps(self, run: Run):
+        engine, request, p, out, cache = run.engine, run.request, run.params, run.out, run.cache
         ad = P.PTPAdapter.require(engine, p["adapter"] or None)
         sp = request.sampling
-        us = u_stream(request)                        # verification (None = greedy: argmax)
+        us = run.us                                   # verification (None = greedy: argmax)
         ud = us if us is not None else UStream(request.seed)   # the u's the slots carry
         gpu = engine.device.type != "cpu"
         fp32 = engine.dtype == torch.float32
@@ -107,9 +114,7 @@ class ParallelTokenPrediction(Strategy):
         budget = p["branches"] or (0 if gpu else CPU_FP32_BRANCHES if fp32 else CPU_BRANCHES)
         slots = k + 1
         emb = engine.model.get_input_embeddings()
-        out = Output(engine, request)
-        cache = engine.new_cache()
-        tail, drafts, conf = list(ids), [], []        # uncached real tokens; drafts of the tokens after tail[-1]
+        tail, drafts, conf = list(run.ids), [], []    # uncached real tokens; drafts of the tokens after tail[-1]
         s = -1                                        # output index of tail[-1] (the prompt's last token: -1)
         prefill = True
         while True:
@@ -118,16 +123,16 @@ class ParallelTokenPrediction(Strategy):
             branches = choose_branches(conf, budget)
             nslots = max(1, min(slots, left))         # slot 1 targets the next base token; the rest draft
             real = tail + drafts
-            allowed, offsets, aux_idx = layout(len(real), m, branches, nslots)
+            allowed, offsets, aux_idx = layout(len(real), m, branches, nslots, engine.device)
             past = engine.cache_len(cache)
             with torch.inference_mode():
                 e_real = emb(torch.tensor(real, device=engine.device)).to(engine.dtype)
                 u_rows = [ud.span(s + j + 1, nslots) for j in branches]
                 e_aux = torch.cat([ad.slot_inputs(u, sp.greedy) for u in u_rows]).to(engine.device, engine.dtype)
                 embeds = torch.cat([e_real, e_aux])[None]
-                with ad.gated(aux_idx.to(engine.device)):
+                with ad.gated(aux_idx):
                     logits = engine.forward(None, cache, (past + offsets)[None], engine.tree_mask(past, allowed),
-                                            logits_to_keep=m + 1 + len(aux_idx), embeds=embeds)[0]
+                                            logits_to_keep=m + 1 + len(aux_idx), embeds=embeds, upcast=False)[0]
             rows, aux = logits[:m + 1], logits[m + 1:].view(len(branches), nslots, -1)
             v = verification.coupled(drafts, rows, sp, us, s + 1)
             j = v.accepted

@@ -1,9 +1,11 @@
 """`sot` and `sot-r`: Skeleton-of-Thought (Ning et al., ICLR 2024) with truly batched point expansion.
 
 Stage 1 (skeleton). The model is asked for a short numbered outline; the assistant turn is pre-filled with
-"1.". One Step per forward pass, segment 0, `info={'stage': 'skeleton'}`. The text is parsed into points
-(`parse_skeleton`); with fewer than two points SoT makes no sense and the strategy falls back to plain
-autoregressive decoding of the question (`info={'fallback': reason}`, answer in segment 1).
+"1.". One Step per forward pass, segment 0, `stage='skeleton'`, `planning=True` (not part of the answer).
+The text is parsed into points (`parse_skeleton`); with fewer than two points SoT makes no sense and the
+strategy falls back to plain autoregressive decoding of the question (`stage='fallback'`,
+`info={'fallback': reason}`, answer in segment 1). A skeleton given with the request (`Request.skeleton`:
+tests, replays) replaces stage 1.
 
 Stage 2 (expansion). One prompt per point b: the conversation, the cleaned skeleton, and an instruction to
 write point b only, with the assistant turn pre-filled with "b. <point>". All points are expanded as ONE
@@ -31,8 +33,8 @@ ratio of the two is what batching the points gains on the machine at hand.
 
 Answer. Segment 0 is the skeleton and is NOT part of the answer; the answer is the points in order,
 each "b. <point>" (its header, taken from the skeleton, is prepended to the text of the point's first Step)
-followed by its expansion, joined with newlines. The last Step's `info['answer']` holds the assembled
-answer. Only the question and this answer belong in a conversation's history: see `sot_history`.
+followed by its expansion, joined with newlines. The last Step's `answer` holds the assembled answer. Only
+the question and this answer belong in a conversation's history: see `sot_history`.
 
 Sampling. The skeleton uses the request's u stream (seed); point b uses its own stream seeded with
 `point_seed(seed, b)`, so a point's sample does not depend on how many other points share its batch.
@@ -49,7 +51,7 @@ import torch
 from ..decoding import batched_tokens, one_token_steps
 from ..quality import content_stems
 from ..sampling import UStream, next_tokens
-from .base import Output, Param, Request, RequestError, Step, Strategy, get, register, u_stream
+from .base import Output, Param, Request, RequestError, Run, Step, Strategy, get, register
 
 MAX_POINT_WORDS = 16
 
@@ -234,8 +236,8 @@ def expand_points(engine, request: Request, prompts: list[list[int]], outs: list
             cache = engine.new_cache()
         if have < L:
             engine.forward(shared[have:], cache, positions=list(range(have, L)), logits_to_keep=1)
-            yield [Step(segment=1, forward_passes=1, prefill=True,
-                        info={"stage": "expand-prefix", "shared_tokens": L, "reused_tokens": have})]
+            yield [Step(segment=1, forward_passes=1, prefill=True, stage="expand-prefix",
+                        info={"shared_tokens": L, "reused_tokens": have})]
         cache.batch_repeat_interleave(B)
         past_mask = torch.ones((B, L), dtype=torch.long, device=engine.device)
 
@@ -249,7 +251,7 @@ def expand_points(engine, request: Request, prompts: list[list[int]], outs: list
         for i in range(B):
             if outs[i].done:
                 continue
-            st = outs[i].step([toks[i]], segment=i + 1, info={"stage": "expand", "point": i + 1, "batch": B})
+            st = outs[i].step([toks[i]], segment=i + 1, stage="expand", info={"point": i + 1, "batch": B})
             if not started[i]:
                 started[i] = True
                 if headers:
@@ -271,7 +273,7 @@ def point_budgets(n: int, max_new_tokens: int, point_max_tokens: int) -> list[in
 
 
 def given_points(forced, max_points: int) -> list[str]:
-    """The points of a skeleton given with the request (`_skeleton`: its text, or the list of points)."""
+    """The points of a skeleton given with the request (`Request.skeleton`: its text, or the list of points)."""
     if isinstance(forced, str):
         return parse_skeleton(forced, max_points)
     return [str(x).strip() for x in forced][:max_points]
@@ -293,15 +295,15 @@ def skeleton_complete(text: str, max_points: int = 10) -> bool:
 
 
 def skeleton_steps(steps, max_points: int, end_stage: bool = False):
-    """The skeleton stage's Steps, dressed as SoT shows them: segment 0, stage 'skeleton', the pre-filled "1."
-    in front of the first text, and on the finishing Step the skeleton and its points. Returns the points.
+    """The skeleton stage's Steps, dressed as SoT shows them: segment 0, stage 'skeleton', planning, the pre-filled
+    "1." in front of the first text, and on the finishing Step the skeleton and its points. Returns the points.
     The stage ends when the model ends it or when the skeleton is complete (`skeleton_complete`): a model that
     goes on to write the answer's prose after its outline is not waited for.
     end_stage: clear the finishing Step's finished flag (the answer is still to come)."""
     text, first, points = "", True, None
     try:
         for st in steps:
-            st.segment, st.info["stage"] = 0, "skeleton"
+            st.segment, st.stage, st.planning = 0, "skeleton", True
             if first:
                 st.text = skeleton_prefix() + st.text
                 first = False
@@ -341,10 +343,12 @@ def point_stop(request: Request, b: int) -> list[str]:
     return list(request.stop) + [f"\n{b + 1}.", "\n\n"]
 
 
-def answer_info(points: list[str], texts: list[str], tokens: list[int], reasons: list) -> dict:
-    """What the last Step of SoT carries: the answer (every point's text, header included, one per line),
-    the points, and each point's token count and finish reason."""
-    return {"answer": "\n".join(texts), "points": points, "point_tokens": tokens, "finish_reasons": reasons}
+def finish_answer(step: Step, points: list[str], texts: list[str], tokens: list[int], reasons: list) -> Step:
+    """Dress the last Step of SoT: its `answer` (every point's text, header included, one per line) and, in its
+    info, the points and each point's token count and finish reason."""
+    step.answer = "\n".join(texts)
+    step.info.update(points=points, point_tokens=tokens, finish_reasons=reasons)
+    return step
 
 
 SOT_PARAMS = {
@@ -367,16 +371,16 @@ class SkeletonOfThought(Strategy):
     title = "Skeleton-of-Thought"
     lossless = False
     params = SOT_PARAMS
+    encodes_prompt = False       # SoT writes its own prompts from the question
 
-    def stream(self, engine, request: Request):
-        request.validate()
-        p = self.resolve_params(request, engine)
+    def steps(self, run: Run):
+        engine, request, p = run.engine, run.request, run.params
         tpl = template_for(p, engine)
         history, question = split_question(request)
-        plain = dataclasses.replace(request, stop=[], assistant_prefix="", params={})
+        plain = dataclasses.replace(request, stop=[], assistant_prefix="", params={}, skeleton=None)
 
         # ---- stage 1: the skeleton
-        forced = request.params.get("_skeleton")
+        forced = request.skeleton
         prefix = None
         if forced is not None:   # tests and replays: a given skeleton, no skeleton pass
             points, source = given_points(forced, p["max_points"]), "given skeleton"
@@ -388,11 +392,10 @@ class SkeletonOfThought(Strategy):
                 raise RequestError(f"sot: the skeleton prompt is {len(sk_ids)} tokens; the model's context is "
                                    f"{engine.context_length}")
             sk_req = dataclasses.replace(plain, max_new_tokens=min(p["skeleton_max_tokens"], room))
-            out = Output(engine, sk_req)
-            cache = engine.new_cache()
-            logits = engine.forward(sk_ids, cache, logits_to_keep=1)[0, -1]
-            points = yield from skeleton_steps(one_token_steps(engine, out, logits, cache, sampling=request.sampling,
-                                                               us=u_stream(request)), p["max_points"])
+            out, cache = Output(engine, sk_req), run.cache
+            logits = engine.forward(sk_ids, cache, logits_to_keep=1, upcast=False)[0, -1]
+            points = yield from skeleton_steps(one_token_steps(engine, out, logits, cache, sampling=run.sampling,
+                                                               us=run.us), p["max_points"])
             # the cache holds the skeleton prompt and every token fed back, i.e. all but the last one picked
             prefix = (cache, (list(sk_ids) + out.ids)[:engine.cache_len(cache)])
             source = "skeleton"
@@ -435,16 +438,13 @@ class SkeletonOfThought(Strategy):
                 for st in steps[:-1]:
                     yield st
                 last = steps[-1]
-        last.info.update(answer_info(points, [h + o.text for h, o in zip(headers, outs)], [len(o.ids) for o in outs],
-                                     [o.finish_reason for o in outs]))
-        yield last
+        yield finish_answer(last, points, [h + o.text for h, o in zip(headers, outs)], [len(o.ids) for o in outs],
+                            [o.finish_reason for o in outs])
 
 
 def _fallback(engine, request: Request, why: str):
     """Plain `ar` on the original question, in segment 1; the reason on the first Step."""
-    ar_req = dataclasses.replace(request, params={k: v for k, v in request.params.items()
-                                                  if k.startswith("_") and k != "_skeleton"})
-    yield from fallback_steps(get("ar").stream(engine, ar_req), why)
+    yield from fallback_steps(get("ar").stream(engine, dataclasses.replace(request, params={}, skeleton=None)), why)
 
 
 def fallback_steps(steps, why: str):
@@ -453,13 +453,14 @@ def fallback_steps(steps, why: str):
     for st in steps:
         st.segment = 1
         if first:
-            st.info.update(fallback=why, stage="fallback")
+            st.stage = "fallback"
+            st.info["fallback"] = why
             first = False
         text += st.text
         if prev is not None:
             yield prev
         prev = st
-    prev.info["answer"] = text
+    prev.answer = text
     yield prev
 
 
@@ -480,11 +481,11 @@ class RoutedSkeletonOfThought(Strategy):
     lossless = False
     params = dict(SOT_PARAMS, threshold=Param(0.5, float, 0.0, 1.0,
                                               help="route to SoT when P(list-style) is at least this"))
+    encodes_prompt = False       # it hands the request on to `sot` or `ar`
 
-    def stream(self, engine, request: Request):
+    def steps(self, run: Run):
         from ..router import load_router
-        request.validate()
-        p = self.resolve_params(request, engine)
+        engine, request, p = run.engine, run.request, run.params
         _, question = split_question(request)
         t0 = time.perf_counter()
         router = load_router()
@@ -492,13 +493,11 @@ class RoutedSkeletonOfThought(Strategy):
         route = "sot" if prob >= p["threshold"] else "ar"
         note = {"route": route, "p_list": round(prob, 4), "router": router.source,
                 "router_ms": round(1000 * (time.perf_counter() - t0), 3)}
-        hidden = {k: v for k, v in request.params.items() if k.startswith("_")}
         if route == "ar":
-            inner = get("ar").stream(engine, dataclasses.replace(
-                request, params={k: v for k, v in hidden.items() if k != "_skeleton"}))
+            inner = get("ar").stream(engine, dataclasses.replace(request, params={}, skeleton=None))
         else:
             sot_params = {k: v for k, v in p.items() if k != "threshold"}
-            inner = get("sot").stream(engine, dataclasses.replace(request, params={**sot_params, **hidden}))
+            inner = get("sot").stream(engine, dataclasses.replace(request, params=sot_params))
         first = True
         for st in inner:
             if first:

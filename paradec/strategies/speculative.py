@@ -21,7 +21,7 @@ import threading
 from .. import verification
 from ..engine import Engine, ModelError
 from ..sampling import process
-from .base import Output, Param, Request, RequestError, Strategy, register
+from .base import Param, Request, RequestError, Run, Strategy, register
 
 K_MIN, K_MAX = 1, 16
 TRAIN_DRAFT = "train it: python -m paradec train draft --model MODEL"
@@ -175,25 +175,23 @@ class SpeculativeSampling(Strategy):
         why = incompatibility(engine, draft)
         return (not why), why
 
-    def stream(self, engine, request: Request):
-        ids = request.validate(engine)
-        p = self.resolve_params(request, engine)
+    def steps(self, run: Run):
+        engine, request, p, out, tcache = run.engine, run.request, run.params, run.out, run.cache
         draft = draft_model(engine, request)
         why = incompatibility(engine, draft)
         if why:
             raise ModelError(why)
         sp = request.sampling
         rng = verification.Rng(request.seed)
-        out = Output(engine, request)
-        seq = list(ids)
-        tcache, dcache = engine.new_cache(), draft.new_cache()
+        seq = list(run.ids)
+        dcache = draft.new_cache()
         k, prefill = p["k"], True
         while True:
             kk = max(0, min(k, out.budget - len(out.ids) - 1))   # the last budget token comes free
             proposals, qs = [], []
             feed = seq[draft.cache_len(dcache):]
             for _ in range(kk):
-                lg = fit_vocab(draft.forward(feed, dcache, logits_to_keep=1)[0, -1], engine.vocab_size)
+                lg = fit_vocab(draft.forward(feed, dcache, logits_to_keep=1, upcast=False)[0, -1], engine.vocab_size)
                 if sp.greedy:
                     x = int(lg.argmax())
                 else:
@@ -203,7 +201,8 @@ class SpeculativeSampling(Strategy):
                 proposals.append(x)
                 feed = [x]
             base = len(seq)
-            logits = engine.forward(seq[engine.cache_len(tcache):] + proposals, tcache, logits_to_keep=kk + 1)[0]
+            logits = engine.forward(seq[engine.cache_len(tcache):] + proposals, tcache, logits_to_keep=kk + 1,
+                                    upcast=False)[0]
             if sp.greedy:
                 v = verification.greedy(proposals, logits)
             else:

@@ -167,7 +167,7 @@ def _text_block(d: dict) -> str:
              "background:var(--background-fill-secondary,#fafafa);border-radius:6px")
     groups = d.get("groups", [])
     segs = sorted({g["segment"] for g in groups})
-    if len(segs) <= 1 and not d.get("info", {}).get("stage"):
+    if len(segs) <= 1 and not d.get("stage"):
         return f'<div class="pd-text" style="{style}">{_groups_html(groups)}</div>'
     # Skeleton-of-Thought (or any multi-segment strategy): segment 0 the skeleton, then the points side by side
     skeleton = [g for g in groups if g["segment"] == 0]
