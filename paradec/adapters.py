@@ -7,8 +7,9 @@ PTP (paradec/ptp.py), LUD (paradec/lud.py) and FocusLLM (paradec/focus.py) are e
   sequence indices, or a (B, T) mask. `with adapter.gated(spec):` opens it for the forwards inside the block;
   closed, every hook returns at once and the model computes exactly the base model. At ungated positions
   nothing is added either way, so real tokens keep the base outputs bit for bit.
-* Hooks: `attach(model)` registers the forward hooks once per model (idempotent); `GatedAdapter.find` hands out
-  adapters already attached to the engine's model, so decoding registers and removes nothing per forward.
+* Hooks: `attach(model)` registers the forward hooks (idempotent); a strategy wraps a whole generation in
+  `with adapter.attached(model):`, so decoding registers them once per generation, never per forward, and a model
+  carries no adapter hooks while other strategies run on it (a closed hook still costs a Python call per linear).
   `applied(model, spec)` is the one-off form: attached for the block only when it was not attached already.
 * Files: a folder with `adapter.safetensors` (written atomically) and the kind's JSON config (`CONFIG`); each
   subclass says which tensors go in under which names (`tensors`, `from_files`), so the files written before
@@ -196,6 +197,8 @@ class GatedAdapter(nn.Module):
         self._gate: Gate | None = None
         self._handles: list = []
         self.__dict__["_model"] = None         # not a submodule: the base weights are not the adapter's
+        self._leases = 0                       # generations inside `attached` now
+        self._by_lease = False                 # the hooks were put on by `attached` (and go when it ends)
         self.__dict__["_fits"] = None          # (model id, name) the fit check passed for
 
     # ------------------------------------------------------------------ what subclasses give
@@ -253,6 +256,7 @@ class GatedAdapter(nn.Module):
         return self
 
     def detach(self) -> None:
+        self._by_lease = False
         for h in self._handles:
             h.remove()
         self._handles = []
@@ -283,16 +287,28 @@ class GatedAdapter(nn.Module):
             self._gate = prev
 
     @contextmanager
+    def attached(self, model):
+        """The hooks on `model` for the block - a strategy wraps one whole generation in it: attached once at its
+        start, removed when the last generation using them ends (several lanes of a race may share one adapter),
+        unless `attach` had put them there before. So a model carries no adapter hooks while other strategies run
+        on it alone, and their timings pay nothing for an adapter they do not use."""
+        if self._model is not model:
+            self.attach(model)
+            self._by_lease = True
+        self._leases += 1
+        try:
+            yield self
+        finally:
+            self._leases -= 1
+            if self._leases == 0 and self._by_lease:
+                self._by_lease = False
+                self.detach()
+
+    @contextmanager
     def applied(self, model, spec=_DEFAULT):
         """`gated(spec)` on `model`, attaching the hooks for the block when they were not attached already."""
-        was = self._model is model
-        self.attach(model)
-        try:
-            with self.gated(spec):
-                yield self
-        finally:
-            if not was:
-                self.detach()
+        with self.attached(model), self.gated(spec):
+            yield self
 
     # ------------------------------------------------------------------ files
     def save(self, folder) -> Path:
@@ -384,9 +400,9 @@ class GatedAdapter(nn.Module):
 
     @classmethod
     def find(cls, engine, path=None) -> "GatedAdapter | None":
-        """The engine's adapter of this kind, checked against its model and attached to it: engine.extras[KIND]
-        if set, else the one at `path`, else the first default folder holding one. None when there is none.
-        Loaded adapters are kept in engine.extras."""
+        """The engine's adapter of this kind, checked against its model: engine.extras[KIND] if set, else the one at
+        `path`, else the first default folder holding one. None when there is none. Loaded adapters are kept in
+        engine.extras. It is not attached: a strategy holds it on the model for a generation (`attached`)."""
         if path:
             cache = engine.extras.setdefault(f"{cls.KIND}_paths", {})
             where = Path(path)
@@ -404,7 +420,7 @@ class GatedAdapter(nn.Module):
                 ad = engine.extras[cls.KIND] = cls._load_for(engine, where)
             else:
                 ad.check(engine, f"engine.extras[{cls.KIND!r}]")
-        return ad.attach(engine.model)
+        return ad
 
     @classmethod
     def require(cls, engine, path=None) -> "GatedAdapter":

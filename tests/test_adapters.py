@@ -79,16 +79,19 @@ def test_gate_forms_touch_exactly_their_positions(grad):
 
 @pytest.mark.parametrize("cls", KINDS)
 def test_hooks_are_attached_once_and_a_closed_gate_is_the_base(cls):
-    """find() attaches the adapter to the engine's model once; decoding with it registers and removes nothing;
-    with the gate closed the model is the base model bit for bit, inside the gate the deltas act."""
+    """find() hands out the adapter without hooking it; its strategy hooks it once for a whole generation (the
+    same hooks at every step: nothing registered or removed per forward) and removes the hooks when the generation
+    ends, so other strategies run on a model without them; with the gate closed the model is the base model bit
+    for bit, inside the gate the deltas act."""
     e = random_engine(0)
     ids = e.tokenizer("def f(x):\n    return x")["input_ids"]
     base = e.forward(ids)
     ad = e.extras[cls.KIND] = made_for(cls, e)
     assert cls.find(e) is ad and cls.find(e) is ad
     hooked = dict(e.model.named_modules())[ad.names[0]]
-    hooks = dict(hooked._forward_hooks)
-    assert len(hooks) == 1
+    assert not hooked._forward_hooks                              # found, not attached
+    ad.attach(e.model)
+    assert len(hooked._forward_hooks) == 1
     assert torch.equal(e.forward(ids), base)                      # attached, gate closed: the base model
     spec = {LUDAdapter: (torch.tensor([0] * (len(ids) - 2) + [1, 1], dtype=torch.bool),),
             PTPAdapter: (torch.arange(len(ids) - 2, len(ids)),), FocusAdapter: ()}[cls]   # focus: its own gate
@@ -96,15 +99,28 @@ def test_hooks_are_attached_once_and_a_closed_gate_is_the_base(cls):
         gated = e.forward(ids)
     assert torch.equal(gated[0, :len(ids) - 2, :base.shape[-1]], base[0, :len(ids) - 2])
     assert not torch.allclose(gated[0, -1, :base.shape[-1]], base[0, -1], atol=1e-4)
-    # a whole generation with the adapter's strategy leaves the very same hooks in place
+    ad.detach()
+    assert not hooked._forward_hooks
+    # a whole generation with the adapter's strategy: one set of hooks for all its steps, none after
     prompt = "Snow lay on the hills. " * 3
     if cls is FocusAdapter:
-        tokens(e, "focus", prompt * 80)                           # longer than the context: the candidates run
-    else:
-        tokens(e, cls.KIND, prompt)
-    assert dict(hooked._forward_hooks) == hooks
+        prompt = prompt * 80                                      # longer than the context: the candidates run
+    req = Request(prompt=prompt, chat=False, max_new_tokens=12, ignore_eos=True)
+    seen = [tuple(hooked._forward_hooks) for _ in get(cls.KIND).stream(e, req)]
+    assert len(seen) > 1 and len(set(seen)) == 1 and len(seen[0]) == 1
+    assert not hooked._forward_hooks
     assert torch.equal(e.forward(ids), base)
-    ad.detach()
+    # two generations interleaved (two race lanes sharing the adapter): hooked until the last one ends
+    g1, g2 = get(cls.KIND).stream(e, req), get(cls.KIND).stream(e, req)
+    next(g1), next(g2)
+    list(g1)
+    assert len(hooked._forward_hooks) == 1
+    list(g2)
+    assert not hooked._forward_hooks
+    # a generation closed early (a cancelled client) removes them too
+    g3 = get(cls.KIND).stream(e, req)
+    next(g3)
+    g3.close()
     assert not hooked._forward_hooks
     with pytest.raises(AdapterError, match="not attached"):
         with ad.gated(*spec):

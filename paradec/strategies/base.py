@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -153,10 +154,16 @@ class Run:
     us: UStream | None            # the request's u stream (None when greedy)
     out: Output                   # the output: stopping rules and text
     cache: Any                    # an empty KV cache
+    held: ExitStack = field(default_factory=ExitStack)   # what the run holds until it ends (`hold`)
 
     @property
     def sampling(self) -> SamplingParams:
         return self.request.sampling
+
+    def hold(self, cm):
+        """Enter the context manager `cm` for the rest of the run (it exits when the run ends, however it ends:
+        finished, failed, or closed by a cancelled client); returns what it gives. Adapters' hooks are held so."""
+        return self.held.enter_context(cm)
 
 
 class Strategy:
@@ -214,7 +221,9 @@ class Strategy:
     def stream(self, engine, request: Request) -> Iterator[Step]:
         """The Steps of one run (a generator: the set-up happens on the first `next()`, inside the timed region
         like the rest of the work)."""
-        yield from self.steps(self.begin(engine, request))
+        run = self.begin(engine, request)
+        with run.held:
+            yield from self.steps(run)
 
     def steps(self, run: Run) -> Iterator[Step]:
         raise NotImplementedError

@@ -75,7 +75,7 @@ class FocusLLM(Strategy):
 
     def steps(self, run: Run):
         engine, request = run.engine, run.request
-        ad = F.FocusAdapter.require(engine, run.params["adapter"] or None)
+        ad = run.hold(F.FocusAdapter.require(engine, run.params["adapter"] or None).attached(engine.model))
         lay = self.plan(engine, run.ids, run.params, request.max_new_tokens, ad.dynamic)
         chunks, local = lay["chunks"], list(lay["question"])
         n = len(chunks)

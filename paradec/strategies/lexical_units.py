@@ -49,7 +49,7 @@ class LexicalUnits(Strategy):
     def steps(self, run: Run):
         engine, p, out, cache = run.engine, run.params, run.out, run.cache
         try:
-            adapter = LUDAdapter.require(engine, p["adapter"] or None)
+            adapter = run.hold(LUDAdapter.require(engine, p["adapter"] or None).attached(engine.model))
         except (AdapterError, FileNotFoundError) as e:
             raise RequestError(f"lud: {e}") from e
         threshold, max_rep = p["threshold"], p["max_repeat"]

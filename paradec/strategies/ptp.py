@@ -104,7 +104,7 @@ class ParallelTokenPrediction(Strategy):
 
     def steps(self, run: Run):
         engine, request, p, out, cache = run.engine, run.request, run.params, run.out, run.cache
-        ad = P.PTPAdapter.require(engine, p["adapter"] or None)
+        ad = run.hold(P.PTPAdapter.require(engine, p["adapter"] or None).attached(engine.model))
         sp = request.sampling
         us = run.us                                   # verification (None = greedy: argmax)
         ud = us if us is not None else UStream(request.seed)   # the u's the slots carry
