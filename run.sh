@@ -46,6 +46,20 @@ vllm_env() {
   fi
 }
 
+# ready NAME PID PORT PATH LOG: wait until http://127.0.0.1:PORT/PATH answers (while the server PID runs), print the
+# URL, then wait on the server; it is killed when this script is
+ready() {
+  local name=$1 pid=$2 port=$3 path=$4 log=$5
+  trap "kill $pid 2>/dev/null" INT TERM EXIT
+  echo "starting $name on 127.0.0.1:$port (log: $log)" >&2
+  until .venv/bin/python -c "import httpx,sys; sys.exit(httpx.get('http://127.0.0.1:$port$path', timeout=2).status_code != 200)" 2>/dev/null; do
+    if ! kill -0 "$pid" 2>/dev/null; then echo "$name exited; the end of $log:" >&2; tail -20 "$log" >&2; exit 1; fi
+    sleep 2
+  done
+  echo "http://127.0.0.1:$port"
+  wait "$pid"
+}
+
 vllm() {
   local port=8011 spec="" model="" dtype=""
   while [ $# -gt 0 ]; do
@@ -74,15 +88,7 @@ vllm() {
   local log=logs/vllm-$port.log
   VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2} HF_HUB_OFFLINE=1 \
     .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${args[@]}" >"$log" 2>&1 &
-  local pid=$!
-  trap 'kill $pid 2>/dev/null' INT TERM EXIT
-  echo "starting vLLM on 127.0.0.1:$port (log: $log); this takes a minute or two" >&2
-  until .venv/bin/python -c "import httpx,sys; sys.exit(httpx.get('http://127.0.0.1:$port/health', timeout=2).status_code != 200)" 2>/dev/null; do
-    if ! kill -0 $pid 2>/dev/null; then echo "vLLM exited; the end of $log:" >&2; tail -20 "$log" >&2; exit 1; fi
-    sleep 2
-  done
-  echo "http://127.0.0.1:$port"
-  wait $pid
+  ready "vLLM (a minute or two)" $! "$port" /health "$log"
 }
 
 llama_env() {
@@ -120,15 +126,7 @@ llama() {
   mkdir -p logs
   local log=logs/llama-$port.log
   .venv-llama/bin/python -m llama_cpp.server "${args[@]}" >"$log" 2>&1 &
-  local pid=$!
-  trap 'kill $pid 2>/dev/null' INT TERM EXIT
-  echo "starting llama.cpp on 127.0.0.1:$port (log: $log)" >&2
-  until .venv/bin/python -c "import httpx,sys; sys.exit(httpx.get('http://127.0.0.1:$port/v1/models', timeout=2).status_code != 200)" 2>/dev/null; do
-    if ! kill -0 $pid 2>/dev/null; then echo "llama.cpp exited; the end of $log:" >&2; tail -20 "$log" >&2; exit 1; fi
-    sleep 2
-  done
-  echo "http://127.0.0.1:$port"
-  wait $pid
+  ready llama.cpp $! "$port" /v1/models "$log"
 }
 
 cmd=${1:-help}; shift || true

@@ -1,5 +1,5 @@
 """Per-step cost of `ar` outside the model forward, and where the forward spends its time (torch profiler):
-`python evals/ar_profile.py` on the default model (figures in BENCHMARKS.md)."""
+`python evals/ar_profile.py [TOKENS]` on the default model (default 256 new tokens; figures in BENCHMARKS.md)."""
 import sys, time, torch
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 from paradec.engine import Engine
@@ -10,7 +10,8 @@ fwd = []
 def timed(*a, **k):
     t = time.perf_counter(); r = orig(*a, **k); fwd.append(time.perf_counter() - t); return r
 e.forward = timed
-req = Request(prompt="Write a Python function that merges two sorted lists, with a docstring and comments.", max_new_tokens=128, ignore_eos=True)
+N = int(sys.argv[1]) if len(sys.argv) > 1 else 256
+req = Request(prompt="Write a Python function that merges two sorted lists, with a docstring and comments.", max_new_tokens=N, ignore_eos=True)
 list(get("ar").stream(e, Request(prompt="hi", max_new_tokens=4)))
 fwd.clear()
 steps = []; g = get("ar").stream(e, req)
@@ -20,7 +21,7 @@ while True:
     except StopIteration: break
     steps.append(time.perf_counter() - t)
 tot, f = sum(steps[1:]), sum(fwd[1:])
-print(f"ar 128 tokens: step {1000*tot/len(steps[1:]):.1f} ms, forward {1000*f/len(fwd[1:]):.1f} ms, outside forward {100*(tot-f)/tot:.2f}% of step time")
+print(f"ar {N} tokens: step {1000*tot/len(steps[1:]):.1f} ms, forward {1000*f/len(fwd[1:]):.1f} ms, outside forward {100*(tot-f)/tot:.2f}% of step time")
 from torch.profiler import profile, ProfilerActivity
 e.forward = orig
 cache = e.new_cache(); ids = e.encode(req); e.forward(ids, cache, logits_to_keep=1)
