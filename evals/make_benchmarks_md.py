@@ -442,6 +442,14 @@ on the same model object, so `hf-pld` and `hf-assisted` gain from them too.
 
 {section("forward_cost.md")}
 {section("ar_profile.md") if (B / "ar_profile.md").exists() else ""}
+**Timing after the issue-15 refactor** (one row builder, one adapter base, typed protocol, batched verification).
+The share of an `ar` step spent outside the model forward:
+
+{section("ar-profile-default.md") if (B / "ar-profile-default.md").exists() else "(not measured)"}
+Race figures against the same strategies run alone (`run_alone`, what bench times), same prompt, same process;
+goal: within 5%:
+
+{section("race-default.md") if (B / "race-default.md").exists() else "(not measured)"}
 **The draft** (`sps`, `hf-assisted`): distilled here, `data/drafts/qwen2.5-coder-0.5b-instruct/` (card beside it):
 target layers {card.get('source_layers')} with MLPs pruned to {card.get('intermediate_size')} neurons, a
 {card.get('kept_tokens')}-token vocabulary, {card.get('steps')} steps, {card.get('train_minutes')} min of training
