@@ -408,7 +408,8 @@ def roofline_line(r: dict | None) -> str:
     return R.line(r) if r else "roofline: not measured"
 
 
-def race_vs_alone(engine, request: Request, strategies: list[str], repeats: int = 3) -> list[dict]:
+def race_vs_alone(engine, request: Request, strategies: list[str], repeats: int = 3,
+                  params: dict | None = None) -> list[dict]:
     """Race the strategies together, then run each alone, `repeats` times each, alternating; compare tokens/s.
 
     The race runner times every step by itself, so a strategy's race figures should match its benchmark-mode
@@ -417,13 +418,14 @@ def race_vs_alone(engine, request: Request, strategies: list[str], repeats: int 
     from .race import Race
     race_tps: dict[str, list[float]] = {s: [] for s in strategies}
     alone_tps: dict[str, list[float]] = {s: [] for s in strategies}
+    params = params or {}         # {strategy: its parameters}
     for s in strategies:          # warm-up
-        run_alone(engine, s, replace(request, max_new_tokens=8))
+        run_alone(engine, s, replace(request, max_new_tokens=8), params.get(s))
     for _ in range(repeats):
-        lanes = Race(engine, request, strategies).run()
+        lanes = Race(engine, request, strategies, params).run()
         for s in strategies:
             race_tps[s].append(lanes[s].figures().tokens_per_s or 0.0)
-            alone_tps[s].append(run_alone(engine, s, request).figures().tokens_per_s or 0.0)
+            alone_tps[s].append(run_alone(engine, s, request, params.get(s)).figures().tokens_per_s or 0.0)
     rows = []
     for s in strategies:
         r, a = summary(race_tps[s])["mean"], summary(alone_tps[s])["mean"]

@@ -291,6 +291,25 @@ def _bench(args) -> int:
     return 0
 
 
+def split_params(req, strategies: list[str]):
+    """(request without parameters, {strategy: the --param keys it declares}) for a race: `--param k=6` goes to
+    the lanes whose strategy has a `k` (`ar` has none, and refuses unknown parameters like every strategy); a key
+    that no lane's strategy declares is an error. A strategy paradec does not know (one a remote server runs)
+    gets every key."""
+    from dataclasses import replace
+
+    from .strategies import REGISTRY, load_all
+    if not req.params:
+        return req, {}
+    load_all()
+    known = {s: set(REGISTRY[s].params) if s in REGISTRY else set(req.params) for s in strategies}
+    stray = [k for k in req.params if not any(k in ks for ks in known.values())]
+    if stray:
+        raise SystemExit(f"error: --param {stray[0]}: none of {', '.join(strategies)} has this parameter "
+                         f"(`python -m paradec strategies` lists each one's)")
+    return replace(req, params={}), {s: {k: v for k, v in req.params.items() if k in known[s]} for s in strategies}
+
+
 def _race(args) -> int:
     import json
 
@@ -301,13 +320,14 @@ def _race(args) -> int:
     req = make_request(args, args.prompt)
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     req.validate(length_check_engine(engine, strategies))
+    req, per_lane = split_params(req, strategies)
     if args.check:
-        rows = race_vs_alone(engine, req, strategies, args.repeats)
+        rows = race_vs_alone(engine, req, strategies, args.repeats, per_lane)
         print(json.dumps(rows) if args.json else "\n".join(
             f"{r['strategy']:12s} race {r['race_tokens_per_s']:8.1f} tok/s  alone {r['alone_tokens_per_s']:8.1f} "
             f"tok/s  race/alone {r['ratio']:.3f}  (n={r['n']})" for r in rows))
         return 0
-    race = Race(engine, req, strategies)
+    race = Race(engine, req, strategies, per_lane)
     race.run()
     snap = race.snapshot()
     if args.json:

@@ -107,3 +107,20 @@ def test_figures_definitions():
     assert [round(x, 6) for x in f.itl] == [round(0.1 / 3, 6)] * 3 + [0.2] * 2
     assert percentile([1, 2, 3, 4], 50) == 2.5
     assert first_divergence([1, 2, 3], [1, 2, 3]) is None and first_divergence([1, 5], [1, 2]) == 1
+
+
+def test_cli_race_gives_each_lane_the_parameters_its_strategy_has(tiny_engine):
+    """`race --param num_pred=3` with ar and pld: pld gets it, ar (which has no parameters and refuses unknown
+    ones) does not; a key no lane's strategy declares is refused before anything runs."""
+    import pytest
+
+    from paradec.cli import split_params
+    req = Request(prompt="def f(x):", chat=False, max_new_tokens=8, params={"num_pred": 3})
+    bare, per = split_params(req, ["ar", "pld"])
+    assert bare.params == {} and per == {"ar": {}, "pld": {"num_pred": 3}}
+    lanes = Race(tiny_engine, bare, ["ar", "pld"], per).run()
+    assert lanes["ar"].status == "done" and lanes["pld"].status == "done"
+    assert lanes["pld"].params == {"num_pred": 3}
+    with pytest.raises(SystemExit, match="none of ar, pld has this parameter"):
+        split_params(Request(prompt="x", params={"nope": 1}), ["ar", "pld"])
+    assert split_params(Request(prompt="x"), ["ar"])[1] == {}
