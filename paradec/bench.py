@@ -28,6 +28,7 @@ class BenchItem:
     reference: str | None = None
     chat: bool = True
     references: list | None = None     # one per turn
+    tests: str | None = None           # Python checks of a code item's answer (the suite's `tests` field)
 
     def reference_for(self, turn: int) -> str | None:
         if self.references and turn < len(self.references):
@@ -101,12 +102,18 @@ def environment(engine, settings: BenchSettings, roofline: dict | None = None) -
 
 def items_from_store(store, eval_set_id: int) -> list[BenchItem]:
     return [BenchItem(str(i["item_id"]), i["category"] or "general", list(i["turns"]), i.get("reference"),
-                      i.get("chat") is not False, i.get("references")) for i in store.get_eval_set_items(eval_set_id)]
+                      i.get("chat") is not False, i.get("references"), _tests(i.get("meta")))
+            for i in store.get_eval_set_items(eval_set_id)]
+
+
+def _tests(meta) -> str | None:
+    t = (meta or {}).get("tests")
+    return t if isinstance(t, str) and t.strip() else None
 
 
 def items_from_evalset(es) -> list[BenchItem]:
-    return [BenchItem(str(it.item_id), it.category, list(it.turns), it.reference, it.chat, it.references)
-            for it in es.items]
+    return [BenchItem(str(it.item_id), it.category, list(it.turns), it.reference, it.chat, it.references,
+                      _tests(it.meta)) for it in es.items]
 
 
 class ResumeError(ValueError):
@@ -248,7 +255,8 @@ def run_bench(engine, store, run_id: int, items: list[BenchItem], settings: Benc
                     row = result_row(lane, req, item_key=item.item_id, category=item.category, strategy=s,
                                      repeat=rep, turn=turn, ar=ar_outputs.get((rep, turn)),
                                      reference=item.reference_for(turn), engine=eng,
-                                     perplexity=settings.perplexity, peer=s in peers, params=params[s])
+                                     perplexity=settings.perplexity, peer=s in peers, params=params[s],
+                                     scores=code_scores(item, lane))
                     if s == "ar":
                         ar_outputs[(rep, turn)] = (lane.token_ids, lane.text)
                     store.add_result(run_id, **row)
@@ -258,6 +266,14 @@ def run_bench(engine, store, run_id: int, items: list[BenchItem], settings: Benc
                     if progress:
                         progress(count, total, f"{item.item_id} · {s} · repeat {rep + 1}")
     return {"stored": stored, "skipped": skipped, "stopped": False, "total": total}
+
+
+def code_scores(item: BenchItem, lane) -> dict | None:
+    """Whether a code item's answer parses and passes the item's checks (`quality.code_checks`); None for other
+    items and for failed lanes."""
+    if lane.error or not (item.tests or item.category in quality.CODE_CATEGORIES):
+        return None
+    return quality.code_checks(lane.text, item.tests if len(item.turns) == 1 else None)
 
 
 LANE_FACTS = ("route", "p_list", "points", "fallback")   # what SoT and SoT-R say about how they answered
@@ -323,6 +339,8 @@ def table(df) -> list[dict]:
             rl = [q.get("rouge_l_vs_ar") for q in qual if q and q.get("rouge_l_vs_ar") is not None]
             rr = [q.get("rouge_l_vs_ref") for q in qual if q and q.get("rouge_l_vs_ref") is not None]
             ppl = [q.get("perplexity") for q in qual if q and q.get("perplexity") is not None]
+            parses = [bool(q["code_parses"]) for q in qual if q and q.get("code_parses") is not None]
+            passes = [bool(q["passes_tests"]) for q in qual if q and q.get("passes_tests") is not None]
             rows.append({
                 "run": int(run_id), "category": cat, "strategy": s, "n": len(ds),
                 "tokens_per_s": summary(col(ds, "tokens_per_s"))["mean"],
@@ -335,6 +353,8 @@ def table(df) -> list[dict]:
                 "rouge_l_vs_ar": sum(rl) / len(rl) if rl else None,
                 "rouge_l_vs_ref": sum(rr) / len(rr) if rr else None,
                 "perplexity": sum(ppl) / len(ppl) if ppl else None,
+                "code_parses": sum(parses) / len(parses) if parses else None,
+                "passes_tests": sum(passes) / len(passes) if passes else None,
                 "lossless_mismatches": len(mism) if _lossless(s) and s != "ar" else None,
             })
     return rows

@@ -12,6 +12,9 @@
   lines) that the candidate covers: a reference point counts as covered when at least half of its heading's
   content words (5-letter stems) occur in one of the candidate's points. None unless the reference has at
   least two points. It is how SoT's answer is compared with `ar`'s beside ROUGE-L (SoT's points are short).
+* `code_checks(text, tests)` - for code answers: `code_parses` (the answer's first Python code block, or the
+  whole answer without one, is valid Python by `ast.parse`) and, where the item has checks, `passes_tests`
+  (that code followed by the checks exits 0 in a separate, isolated `python -I` process within 10 s).
 * `quality_row(...)` - the comparisons stored in results.quality (the schema below); `normalise(q)` reads a
   quality dict stored by an older paradec in that schema.
 
@@ -22,8 +25,8 @@ The stored schema (results.quality), one for every producer (bench, the Arena, t
   diverges_at          index of the first token that differs from ar's, None when identical; present
                        whenever exact_match compares token ids
   rouge_l_vs_ar, bleu_vs_ar, point_coverage_vs_ar, rouge_l_vs_ref, bleu_vs_ref, contains_ref   (see above)
-  perplexity, lossless_strategy, status, finish_reason, and a task's own scores (e.g. `correct`): added by
-  the row builder
+  perplexity, lossless_strategy, status, finish_reason, and a task's own scores (e.g. `correct`, or
+  `code_parses` / `passes_tests` for a code item): added by the row builder
 
 Metrics that have nothing to compare return None (no reference, empty output for perplexity).
 
@@ -191,6 +194,48 @@ def point_coverage(candidate: str | None, reference: str | None) -> float | None
     cand = [content_stems(p) for p in list_points(candidate)] or [content_stems(candidate or "")]
     covered = sum(any(len(r & c) * 2 >= len(r) for c in cand) for r in ref)
     return covered / len(ref)
+
+
+_FENCE = re.compile(r"```[ \t]*(python|py|python3)?[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)
+CODE_CATEGORIES = ("code", "code-edit")
+
+
+def code_of(text: str | None) -> str:
+    """The answer's first Python code block (an unclosed block runs to the end), else any first block, else
+    the whole text."""
+    text = text or ""
+    blocks = _FENCE.findall(text)
+    for lang, body in blocks:
+        if lang:
+            return body
+    return blocks[0][1] if blocks else text
+
+
+def code_checks(text: str | None, tests: str | None = None, timeout: float = 10.0) -> dict:
+    """{"code_parses": bool} plus {"passes_tests": bool} when `tests` (Python assertions) are given."""
+    import ast
+    import subprocess
+    import sys
+    import tempfile
+    code = code_of(text)
+    try:
+        ast.parse(code)
+        ok = bool(code.strip())
+    except (SyntaxError, ValueError):
+        ok = False
+    out = {"code_parses": ok}
+    if tests:
+        if not ok:
+            out["passes_tests"] = False
+            return out
+        with tempfile.TemporaryDirectory() as d:
+            try:
+                r = subprocess.run([sys.executable, "-I", "-c", code + "\n\n" + tests], cwd=d, timeout=timeout,
+                                   capture_output=True, stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
+                out["passes_tests"] = r.returncode == 0
+            except subprocess.TimeoutExpired:
+                out["passes_tests"] = False
+    return out
 
 
 def quality_row(text: str, token_ids=None, *, ar_text: str | None = None, ar_ids=None,

@@ -78,6 +78,10 @@ def test_bench_table_and_markdown(model_dir, tmp_path):
     assert row["speedup"] == 1.0 and row["n"] == 3 and row["tokens_per_pass"] <= 1.0
     peer = next(r for r in table if r["strategy"] == "hf-generate" and r["category"] == "all")
     assert peer["lossless_mismatches"] == 0 and peer["speedup"] > 0
+    # the code suite's items carry checks: every answer is checked (parse, run) and the rates reach the table
+    assert row["code_parses"] is not None and row["passes_tests"] is not None
+    rows = Store(f"sqlite:///{db}").results_dataframe()
+    assert rows["quality"].map(lambda q: "code_parses" in q and "passes_tests" in q).all()
     text = md.read_text()
     assert "| code | hf-generate |" in text and "machine:" in text and "command:" in text
 
@@ -160,3 +164,19 @@ def test_bench_quality_holds_point_coverage_of_ars_list():
     assert q["point_coverage_vs_ar"] == pytest.approx(2 / 3)
     prose = quality(([1, 2, 3], "A prose answer."))
     assert "point_coverage_vs_ar" not in prose
+
+
+def test_code_items_are_checked_by_parse_and_their_tests():
+    """A code item's answer: parsed, then run with the item's checks; other items get no code scores."""
+    from types import SimpleNamespace
+    item = B.BenchItem("c1", "code", ["Write add(a, b)."], tests="assert add(2, 3) == 5\n")
+    good = SimpleNamespace(error=None, text="Here:\n```python\ndef add(a, b):\n    return a + b\n```\nDone.")
+    wrong = SimpleNamespace(error=None, text="```python\ndef add(a, b):\n    return a - b\n```")
+    broken = SimpleNamespace(error=None, text="```python\ndef add(a, b)\n    return a + b\n```")
+    assert B.code_scores(item, good) == {"code_parses": True, "passes_tests": True}
+    assert B.code_scores(item, wrong) == {"code_parses": True, "passes_tests": False}
+    assert B.code_scores(item, broken) == {"code_parses": False, "passes_tests": False}
+    edit = B.BenchItem("e1", "code-edit", ["Rename x."])
+    assert B.code_scores(edit, good) == {"code_parses": True}
+    assert B.code_scores(B.BenchItem("q1", "qa", ["Why?"]), good) is None
+    assert B.code_scores(item, SimpleNamespace(error="boom", text="")) is None

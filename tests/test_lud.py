@@ -226,6 +226,39 @@ def test_adapter_parameter_and_default_folder(eng, trained, tmp_path):
     assert adapter_for(e2) is adapter_for(e2)
 
 
+def test_heldout_replay_is_the_step_lud_takes(eng):
+    """The trainer's held-out figures replay lud's step at an answer position: at the answer's first position
+    the replayed step accepts exactly the pad tokens `lud` accepts on its first pass, and calls them wrong
+    exactly when they differ from ar's tokens."""
+    ad = _perturbed_adapter(eng, std=0.02)
+    eng.extras["lud"] = ad
+    try:
+        seen_accept = seen_wrong = False
+        for p in PROMPTS:
+            for th in (0.0, 0.05):
+                ar = _tokens(eng, "ar", p, max_new_tokens=4, ignore_eos=True)
+                lud = _tokens(eng, "lud", p, {"threshold": th, "k": 4, "max_repeat": 0}, max_new_tokens=4,
+                              ignore_eos=True)
+                prompt = eng.encode(Request(prompt=p))
+                row = {"prompt": prompt, "completion": ar.token_ids, "kind": "t"}
+                x, greedy, cuts, conf, top = T.pad_predictions(eng, ad, row)
+                assert cuts[0] == len(prompt) and greedy[len(prompt)] == ar.token_ids[0]
+                n, wrong = T.replay_step(x, greedy, cuts[0], conf[0], top[0], 4, th, ad.config.stop_id)
+                first = lud.groups[0]["ids"]
+                assert n == len(first) - 1
+                assert wrong == (first[1:] != ar.token_ids[1:len(first)])
+                seen_accept |= n > 0
+                seen_wrong |= wrong
+                figs = T.heldout_figures(eng, ad, [row], 4, (th,))
+                assert {f["kind"] for f in figs} == {"all", "t"} and all(f["cuts"] == 3 for f in figs)
+        assert seen_accept and seen_wrong          # the cases compared include accepted and wrong tokens
+        # threshold 1.0 accepts nothing: one token per pass, never wrong
+        figs = T.heldout_figures(eng, ad, [row], 4, (1.0,))
+        assert all(f["tokens_per_pass"] == 1.0 and f["wrong_steps"] == 0.0 for f in figs)
+    finally:
+        eng.extras.pop("lud", None)
+
+
 # ------------------------------------------------------------------ command
 
 @pytest.mark.slow
@@ -236,7 +269,7 @@ def test_train_command_on_random_tiny_folder(tmp_path):
     e.tokenizer.save_pretrained(folder)
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     r = subprocess.run([sys.executable, "-m", "paradec.training.lud_train", "--model", str(folder), "--steps", "3",
-                        "--batch", "1", "--window", "48", "--cuts", "8", "--greedy", "2", "--max-docs", "2",
+                        "--batch", "1", "--window", "48", "--cuts", "8", "--data", "corpus", "--greedy", "2", "--max-docs", "2",
                         "--threads", "1", "--no-progress"], capture_output=True, text=True, timeout=120, env=env,
                        cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]

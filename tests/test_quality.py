@@ -118,3 +118,19 @@ def test_point_coverage_counts_the_reference_points_the_candidate_covers():
     assert point_coverage(None, ar) == 0.0
     bullets = "- Better heart health\n- Weight control\n* Mood"
     assert point_coverage(bullets, ar) == 1.0
+
+
+def test_code_checks_parse_run_and_time_out():
+    from paradec.quality import code_checks, code_of
+    assert code_of("text\n```py\nx = 1\n```\n```python\ny = 2\n```") == "x = 1\n"
+    assert code_of("```\nz = 3\n```") == "z = 3\n"
+    assert code_of("def f():\n    return 1\n") == "def f():\n    return 1\n"      # no fence: the whole text
+    assert code_of("```python\ndef f():\n    return 1\n") == "def f():\n    return 1\n"  # unclosed (cut off)
+    assert code_checks("def f(:\n") == {"code_parses": False}
+    assert code_checks("") == {"code_parses": False}
+    assert code_checks("def f():\n    return 1\n", "assert f() == 1") == {"code_parses": True, "passes_tests": True}
+    assert code_checks("def f():\n    return 2\n", "assert f() == 1")["passes_tests"] is False
+    # an answer that never ends is stopped, and fails
+    assert code_checks("def f():\n    while True:\n        pass\n", "f()", timeout=1)["passes_tests"] is False
+    # the answer runs isolated in a temporary folder: it does not see this project's modules
+    assert code_checks("import paradec\n", "pass")["passes_tests"] is False

@@ -2,11 +2,19 @@
 
 Data (the "lexical unit" rule)
 ------------------------------
-Training text is token windows of `--window` tokens drawn from the default corpus
-(paradec.training.corpus: raw standard-library text and the chat examples rendered with the model's chat
-template) plus, with `--greedy N`, the base model's own greedy answers to N training chat questions (so
-targets are also what the model itself says). For every window x_0..x_{L-1} one no-grad base forward
-pass gives the teacher-forced confidence c_t = p_base(x_t | x_<t) of each token.
+Two sources (`--data`):
+
+* `teacher` (the command's default): the target's own answers to the training prompt set
+  (paradec.training.teacher, shared with `train ptp` and `train draft`: 288 chat prompts made from the
+  standard library, disjoint from evals/suites, one sampled and one greedy answer each). A window is a
+  prompt and its answer (the last `--window` tokens); cut points fall inside the answer only, so the pad
+  slots learn to continue what the model itself says, which is what they do at decoding time.
+* `corpus`: token windows of `--window` tokens drawn from the default corpus (paradec.training.corpus: raw
+  standard-library text and the chat examples rendered with the model's chat template) plus, with
+  `--greedy N`, the base model's own greedy answers to N training chat questions.
+
+For every window x_0..x_{L-1} one no-grad base forward pass gives the teacher-forced confidence
+c_t = p_base(x_t | x_<t) of each token.
 
 A training example is a cut point i (1 <= i <= L-2: the real tokens x_0..x_{i-1} are visible, the base
 predicts x_i at position i-1) followed by k-1 pad slots at positions i..i+k-2. The label of pad slot j
@@ -73,6 +81,9 @@ class LUDTrainConfig:
     targets: str = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
     pos_fraction: float = 0.75  # share of cut points drawn among unit starts
     stop_weight: float = 0.5    # loss weight of STOP labels (they outnumber unit tokens)
+    data: str = "corpus"        # "corpus" (stdlib text + greedy answers) or "teacher" (the target's answers)
+    eval_every: int = 0         # held-out acceptance figures every n steps (teacher data; 0 = at the end only)
+    eval_rows: int = 8          # held-out greedy answers for the figures taken during training
 
 
 # ---------------------------------------------------------------- labels
@@ -99,10 +110,13 @@ def unit_labels(tokens: torch.Tensor, conf: torch.Tensor, cuts: list[int], slots
     return labels.view(-1)
 
 
-def choose_cuts(conf: torch.Tensor, n: int, alpha: float, rng: random.Random, pos_fraction: float = 0.75) -> list[int]:
+def choose_cuts(conf: torch.Tensor, n: int, alpha: float, rng: random.Random, pos_fraction: float = 0.75,
+                lo: int = 1) -> list[int]:
+    """Cut points in lo..L-2 (lo: the first position whose token may be predicted, e.g. an answer's first)."""
     L = len(conf)
-    starts = [i for i in range(1, L - 2) if conf[i] > alpha and conf[i + 1] > alpha]
-    pool = list(range(1, L - 1))
+    lo = max(1, lo)
+    starts = [i for i in range(lo, L - 2) if conf[i] > alpha and conf[i + 1] > alpha]
+    pool = list(range(lo, L - 1))
     n_pos = min(len(starts), int(n * pos_fraction))
     cuts = set(rng.sample(starts, n_pos)) if n_pos else set()
     rest = [i for i in pool if i not in cuts]
@@ -159,6 +173,83 @@ def greedy_texts(engine, chats: list[list[dict]], n: int, max_new: int, batch: i
     return [p + g for p, g in zip(rows, decoding.generate(engine, rows, max_new, batch=batch))]
 
 
+# ---------------------------------------------------------------- held-out figures
+
+EVAL_THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)
+
+
+@torch.no_grad()
+def pad_predictions(engine, adapter: LUDAdapter, row: dict, window: int = 512):
+    """Teacher-forced pad-slot predictions at every answer position of one row ({"prompt", "completion"}):
+    (x (L,) the window's tokens, greedy (L,) the base's argmax for each position, cuts [lo..L-2], conf and top
+    (len(cuts), k-1): the probability and class of each pad slot's top prediction, STOP included)."""
+    ids, lo = answer_window(row["prompt"], row["completion"], window)
+    x = torch.tensor(ids, device=engine.device)
+    cuts = list(range(lo, len(ids) - 1))
+    slots = adapter.config.k - 1
+    if not cuts or slots < 1:
+        return x.cpu(), None, [], None, None
+    cache, _conf, greedy = base_pass(engine, x)
+    probs = torch.softmax(pad_pass(engine, adapter, cache, len(ids), cuts, slots).float(), -1)
+    conf, top = (t.view(len(cuts), slots).cpu() for t in probs.max(-1))
+    return x.cpu(), greedy, cuts, conf, top
+
+
+def replay_step(x, greedy, i: int, conf, top, k: int, threshold: float, stop: int) -> tuple[int, bool]:
+    """(pad tokens greedy `lud` with this k and threshold accepts at cut i, whether any is wrong): slot j is
+    accepted while its top class is not STOP and its probability exceeds the threshold; it is right when it is
+    the base's greedy choice at i+j given the true prefix. Slots past the window's end are not replayed."""
+    n, wrong = 0, False
+    for j in range(1, k):
+        if i + j >= len(x):
+            break
+        t = int(top[j - 1])
+        if t == stop or float(conf[j - 1]) <= threshold:
+            break
+        n += 1
+        wrong = wrong or t != int(greedy[i + j]) or int(x[i + j - 1]) != int(greedy[i + j - 1])
+    return n, wrong
+
+
+def heldout_figures(engine, adapter: LUDAdapter, rows: list[dict], k: int, thresholds=EVAL_THRESHOLDS,
+                    window: int = 512) -> list[dict]:
+    """What greedy `lud` would do at every answer position of held-out rows, teacher-forced.
+
+    rows: {"prompt", "completion", "kind"} (the target's greedy answers to held-out prompts). At every cut of
+    an answer the step `lud` would take is replayed (`replay_step`) for each k' = 2..k and each threshold; a
+    step with a wrong accepted token is where greedy lud's text would leave ar's. Returns one dict per (kind
+    or "all", k', threshold): tokens per pass (1 + accepted, mean over cuts), the share of wrong steps, and
+    the number of cuts."""
+    stop = adapter.config.stop_id
+    acc: dict[tuple, list[float]] = {}
+    for r in rows:
+        x, greedy, cuts, conf, top = pad_predictions(engine, adapter, r, window)
+        for g, i in enumerate(cuts):
+            for kk in range(2, k + 1):
+                for th in thresholds:
+                    n, wrong = replay_step(x, greedy, i, conf[g], top[g], kk, th, stop)
+                    for kind in ("all", r.get("kind", "?")):
+                        a = acc.setdefault((kind, kk, th), [0.0, 0.0, 0])
+                        a[0] += 1 + n
+                        a[1] += wrong
+                        a[2] += 1
+    return [{"kind": kind, "k": kk, "threshold": th, "tokens_per_pass": round(a[0] / a[2], 4),
+             "wrong_steps": round(a[1] / a[2], 4), "cuts": a[2]} for (kind, kk, th), a in sorted(acc.items())]
+
+
+def figures_markdown(figs: list[dict], kind: str = "all") -> str:
+    """A table of held-out tokens per pass / wrong steps against k and threshold, for one kind."""
+    ks = sorted({f["k"] for f in figs if f["kind"] == kind})
+    ths = sorted({f["threshold"] for f in figs if f["kind"] == kind})
+    by = {(f["k"], f["threshold"]): f for f in figs if f["kind"] == kind}
+    out = ["| threshold | " + " | ".join(f"k={k}: tokens/pass, wrong steps" for k in ks) + " |",
+           "|---|" + "---|" * len(ks)]
+    for th in ths:
+        out.append(f"| {th} | " + " | ".join(f"{by[(k, th)]['tokens_per_pass']:.2f}, {100 * by[(k, th)]['wrong_steps']:.1f}%"
+                                              for k in ks) + " |")
+    return "\n".join(out) + "\n"
+
+
 # ---------------------------------------------------------------- training
 
 def _lr(step: int, cfg: LUDTrainConfig) -> float:
@@ -168,34 +259,44 @@ def _lr(step: int, cfg: LUDTrainConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
 
 
-def sample_window(streams, greedy, cfg: LUDTrainConfig, rng: random.Random) -> list[int]:
+def answer_window(prompt: list[int], completion: list[int], window: int) -> tuple[list[int], int]:
+    """(the last `window` tokens of prompt + completion, the window index of the answer's first token)."""
+    ids = list(prompt) + list(completion)
+    start = max(0, len(ids) - window)
+    return ids[start:], max(1, len(prompt) - start)
+
+
+def sample_window(streams, greedy, cfg: LUDTrainConfig, rng: random.Random) -> tuple[list[int], int]:
+    """(window, first position a cut may fall on)."""
+    if streams is None:                       # teacher data: `greedy` holds (prompt, completion) pairs
+        p, c = rng.choice(greedy)
+        return answer_window(p, c, cfg.window)
     if greedy and rng.random() < 0.25:
         g = rng.choice(greedy)
-        return g[-cfg.window:]
+        return g[-cfg.window:], 1
     kind = "chat" if rng.random() < cfg.chat_fraction and streams["chat"] else "raw"
     arr = streams[kind] or streams["raw"] or streams["chat"]
     start = rng.randrange(0, max(1, len(arr) - cfg.window))
-    return arr[start:start + cfg.window]
+    return arr[start:start + cfg.window], 1
 
 
-def window_loss(engine, adapter: LUDAdapter, window: list[int], cfg: LUDTrainConfig, rng: random.Random,
-                stop_id: int) -> tuple[torch.Tensor | None, dict]:
-    """Loss of one window: base pass for confidences and the cache, then all pad groups with gradient."""
+@torch.no_grad()
+def base_pass(engine, x: torch.Tensor):
+    """(KV cache of the window, conf (L,) with conf[t] = p_base(x_t | x_<t), the base's argmax (L,) with
+    greedy[t] = its choice for position t)."""
+    cache = engine.new_cache()
+    logits = engine.model(input_ids=x[None], past_key_values=cache, use_cache=True).logits[0, :-1].float()
+    probs = torch.softmax(logits, -1)
+    conf = torch.zeros(len(x))
+    conf[1:] = probs.gather(-1, x[1:, None])[:, 0].cpu()
+    greedy = torch.full((len(x),), -1, dtype=torch.long)
+    greedy[1:] = logits.argmax(-1).cpu()
+    return cache, conf, greedy
+
+
+def pad_pass(engine, adapter: LUDAdapter, cache, L: int, cuts: list[int], slots: int):
+    """Logits (Q, V+1) of every cut's pad slots after the window's cache (slot j of cut i at position i-1+j)."""
     model = engine.model
-    x = torch.tensor(window, device=engine.device)
-    L, slots = len(window), cfg.k - 1
-    with torch.no_grad():
-        cache = engine.new_cache()
-        logits = model(input_ids=x[None], past_key_values=cache, use_cache=True).logits[0].float()
-        probs = torch.softmax(logits[:-1], -1)
-        conf = torch.zeros(L)
-        conf[1:] = probs.gather(-1, x[1:, None])[:, 0].cpu()
-    cuts = choose_cuts(conf, cfg.cuts, cfg.alpha, rng, cfg.pos_fraction)
-    labels = unit_labels(x.cpu(), conf, cuts, slots, cfg.alpha, stop_id).to(engine.device)
-    stats = {"labelled": int((labels != IGNORE).sum()), "unit": int(((labels != IGNORE) & (labels != stop_id)).sum()),
-             "conf_frac": float((conf[1:] > cfg.alpha).float().mean())}
-    if stats["labelled"] == 0:
-        return None, stats
     Q = len(cuts) * slots
     ids = torch.full((1, Q), engine.pad_id, dtype=torch.long, device=engine.device)
     pos = torch.tensor([[i - 1 + j for i in cuts for j in range(1, slots + 1)]], device=engine.device)
@@ -205,12 +306,28 @@ def window_loss(engine, adapter: LUDAdapter, window: list[int], cfg: LUDTrainCon
     gate = torch.ones(1, Q, dtype=torch.bool)
     with adapter.applied(model, gate):
         out = model(input_ids=ids, past_key_values=cache, position_ids=pos, attention_mask=mask, use_cache=True)
-    per = torch.nn.functional.cross_entropy(out.logits[0].float(), labels, ignore_index=IGNORE, reduction="none")
+    return out.logits[0]
+
+
+def window_loss(engine, adapter: LUDAdapter, window: list[int], cfg: LUDTrainConfig, rng: random.Random,
+                stop_id: int, lo: int = 1) -> tuple[torch.Tensor | None, dict]:
+    """Loss of one window: base pass for confidences and the cache, then all pad groups with gradient."""
+    x = torch.tensor(window, device=engine.device)
+    L, slots = len(window), cfg.k - 1
+    cache, conf, _ = base_pass(engine, x)
+    cuts = choose_cuts(conf, cfg.cuts, cfg.alpha, rng, cfg.pos_fraction, lo)
+    labels = unit_labels(x.cpu(), conf, cuts, slots, cfg.alpha, stop_id).to(engine.device)
+    stats = {"labelled": int((labels != IGNORE).sum()), "unit": int(((labels != IGNORE) & (labels != stop_id)).sum()),
+             "conf_frac": float((conf[1:] > cfg.alpha).float().mean())}
+    if stats["labelled"] == 0:
+        return None, stats
+    logits = pad_pass(engine, adapter, cache, L, cuts, slots)
+    per = torch.nn.functional.cross_entropy(logits.float(), labels, ignore_index=IGNORE, reduction="none")
     w = torch.where(labels == stop_id, cfg.stop_weight, 1.0) * (labels != IGNORE)
     loss = (per * w).sum() / w.sum()
     with torch.no_grad():
         sel = (labels != IGNORE)
-        pred = out.logits[0].argmax(-1)[sel]
+        pred = logits.argmax(-1)[sel]
         stats["acc"] = float((pred == labels[sel]).float().mean())
         unit = labels[sel] != stop_id
         stats["unit_acc_n"] = (int((pred[unit] == labels[sel][unit]).sum()), int(unit.sum()))
@@ -236,8 +353,15 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
     state = {"step": 0, "elapsed_s": 0.0, "history": []}
     ckpt = work / "lud_checkpoint.pt"
     data_file = work / "lud_data.pt"
-    data = torch.load(data_file, weights_only=False) if data_file.exists() else {}
-    if data.get("streams") is None or data.get("greedy") is None:
+    held: list[dict] = []
+    data = torch.load(data_file, weights_only=False) if data_file.exists() and cfg.data != "teacher" else {}
+    if cfg.data == "teacher":
+        from . import teacher as TCH
+        ans = TCH.answers(engine)          # cached: made once per target, shared with train ptp / draft
+        data = {"streams": None, "greedy": [(r["prompt"], r["completion"]) for r in ans.rows]}
+        held = [r for r in ans.held if r["greedy"]]
+        log(f"data: {len(data['greedy'])} teacher answers ({ans.description}); {len(held)} held-out greedy answers")
+    elif data.get("streams") is None or data.get("greedy") is None:
         # token streams depend on the tokenizer only, greedy answers on the model: a data file holding
         # streams and greedy=None (e.g. copied from a run on another checkpoint) gets its answers made here
         t0 = time.time()
@@ -265,7 +389,8 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
             g["lr"] = _lr(step, cfg)
         losses, stats = [], []
         for _ in range(cfg.batch):
-            loss, st = window_loss(engine, adapter, sample_window(streams, greedy, cfg, rng), cfg, rng, stop_id)
+            window, lo = sample_window(streams, greedy, cfg, rng)
+            loss, st = window_loss(engine, adapter, window, cfg, rng, stop_id, lo)
             stats.append(st)
             if loss is not None:
                 (loss / cfg.batch).backward()
@@ -294,6 +419,12 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
                                                        / max(1, sum(r["unit_labels"] for r in recent)), 4),
                                      "elapsed_s": round(state["elapsed_s"], 1)})
             recent = []
+            if held and cfg.eval_every and state["step"] % cfg.eval_every == 0:
+                figs = heldout_figures(engine, adapter, held[:cfg.eval_rows], cfg.k, (0.8, 0.9, 0.95))
+                state.setdefault("curve", []).append({"step": state["step"], "figures": [f for f in figs if f["kind"] == "all"]})
+                best = [f for f in figs if f["kind"] == "all" and f["threshold"] == 0.9]
+                log(f"step {state['step']} held-out (threshold 0.9): " + ", ".join(
+                    f"k={f['k']} {f['tokens_per_pass']:.2f} tok/pass {100 * f['wrong_steps']:.1f}% wrong" for f in best))
             checkpoint.save(ckpt, {"adapter": adapter.state_dict(), "opt": opt.state_dict(), "rng": rng.getstate(),
                                    "state": state, "config": asdict(cfg)})
             adapter.config.training = {"config": asdict(cfg), "history": state["history"],
@@ -301,7 +432,9 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
             adapter.save(out_dir)
             t_last = time.time()
     bar.close()
+    heldout = heldout_figures(engine, adapter, held, cfg.k) if held else []
     summary = {"config": asdict(cfg), "history": state["history"], "steps_done": state["step"],
+               "curve": state.get("curve", []), "heldout": heldout, "heldout_rows": len(held),
                "train_time_s": round(state["elapsed_s"], 1), "adapter_parameters": n_params,
                "base": base_signature(model), "torch": torch.__version__,
                "hardware": f"{engine.device}, {torch.get_num_threads()} thread(s)"}
@@ -331,8 +464,14 @@ def write_card(out_dir, summary: dict, sweep_md: str | None = None) -> Path:
         f"- k = {cfg['k']} (1 real + {cfg['k'] - 1} pad slots), lexical-unit confidence alpha = {cfg['alpha']}",
         f"- LoRA rank {cfg['rank']}, scale {cfg['scale']}, on attention q/k/v/o and MLP projections of every layer; "
         f"{summary.get('adapter_parameters', 0) / 1e6:.2f}M trainable parameters",
-        f"- data: windows of {cfg['window']} tokens from the standard-library corpus (raw text and chat examples) "
-        f"and {cfg['greedy']} greedy answers of the base model; {cfg['cuts']} cut points per window",
+        (f"- data: the base model's own answers to the training prompt set (paradec.training.teacher: 288 chat "
+         f"prompts from the standard library, disjoint from evals/suites, one sampled and one greedy answer each), "
+         f"prompt + answer windows of up to {cfg['window']} tokens, {cfg['cuts']} cut points per window inside "
+         f"the answer" if cfg.get("data") == "teacher" else
+         f"- data: windows of {cfg['window']} tokens from the standard-library corpus (raw text and chat examples) "
+         f"and {cfg['greedy']} greedy answers of the base model; {cfg['cuts']} cut points per window"),
+        "- lexical-unit rule: pad slot j after cut i is labelled x_{i+j} when c_i..c_{i+j} (the base's "
+        "teacher-forced probabilities of those tokens) all exceed alpha, STOP at the first slot where that fails",
         f"- training: {summary['steps_done']} steps x {cfg['batch']} windows, lr {cfg['lr']}, "
         f"{summary['train_time_s'] / 60:.1f} min on {summary.get('hardware', 'CPU')}",
     ]
@@ -341,6 +480,30 @@ def write_card(out_dir, summary: dict, sweep_md: str | None = None) -> Path:
                      f"(last logged), pad-slot label accuracy {first['acc']:.2f} -> {last['acc']:.2f}")
     lines += ["", "Files: `adapter.safetensors` (LoRA A/B per module, `pad_embedding`, STOP head), "
               "`lud_config.json`.", ""]
+    if summary.get("heldout"):
+        figs = summary["heldout"]
+        lines += ["## Held-out figures (teacher-forced, greedy)", "",
+                  f"On the base model's greedy answers to {summary.get('heldout_rows')} held-out prompts (modules no "
+                  "training prompt used), every answer position: the step greedy `lud` would take there. Tokens per "
+                  "pass = 1 + accepted pad tokens; a wrong step accepted a token that is not the base's greedy "
+                  "choice (after one, lud's text leaves ar's).", "", figures_markdown(figs), ""]
+        kinds = sorted({f["kind"] for f in figs} - {"all"})
+        th = 0.9 if any(f["threshold"] == 0.9 for f in figs) else figs[0]["threshold"]
+        lines += [f"By prompt kind, k={cfg['k']}, threshold {th}:", "", "| kind | tokens/pass | wrong steps | cuts |",
+                  "|---|---|---|---|"]
+        for kd in kinds:
+            f = next(f for f in figs if f["kind"] == kd and f["k"] == cfg["k"] and f["threshold"] == th)
+            lines.append(f"| {kd} | {f['tokens_per_pass']:.2f} | {100 * f['wrong_steps']:.1f}% | {f['cuts']} |")
+        lines.append("")
+    if summary.get("curve"):
+        lines += ["## Held-out curve (first rows only, threshold 0.9)", "", "| step | " +
+                  " | ".join(f"k={f['k']}" for f in summary["curve"][0]["figures"] if f["threshold"] == 0.9) + " |",
+                  "|---|" + "---|" * sum(1 for f in summary["curve"][0]["figures"] if f["threshold"] == 0.9)]
+        for c in summary["curve"]:
+            lines.append(f"| {c['step']} | " + " | ".join(
+                f"{f['tokens_per_pass']:.2f} tok/pass, {100 * f['wrong_steps']:.1f}% wrong"
+                for f in c["figures"] if f["threshold"] == 0.9) + " |")
+        lines.append("")
     if sweep_md:
         lines += ["## Threshold sweep", "", sweep_md.strip(), ""]
     path = out_dir / "README.md"
@@ -364,7 +527,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=int, default=d.window, help="tokens per window")
     p.add_argument("--cuts", type=int, default=d.cuts, help="cut points per window")
     p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--greedy", type=int, default=d.greedy, help="greedy base-model answers added to the data")
+    p.add_argument("--greedy", type=int, default=d.greedy, help="greedy base-model answers added to the data "
+                                                                 "(--data corpus)")
+    p.add_argument("--data", choices=("teacher", "corpus"), default="teacher",
+                   help="teacher: the target's own answers to the training prompt set (cached, shared with train "
+                        "ptp/draft); corpus: standard-library text plus --greedy answers")
+    p.add_argument("--eval-every", type=int, default=d.eval_every,
+                   help="held-out acceptance figures every n steps (teacher data; 0 = at the end only)")
+    p.add_argument("--eval-rows", type=int, default=d.eval_rows, help="held-out answers for those figures")
     checkpoint.add_run_args(p, "lud", d.ckpt_every, d.seed)
     return p
 
@@ -384,7 +554,7 @@ def train_lud_main(argv: list[str]) -> int:
         return 2
     cfg = LUDTrainConfig(k=args.k, alpha=args.alpha, steps=args.steps, rank=args.rank, batch=args.batch,
                          window=args.window, cuts=args.cuts, targets=args.targets, lr=args.lr, greedy=args.greedy,
-                         seed=args.seed,
+                         seed=args.seed, data=args.data, eval_every=args.eval_every, eval_rows=args.eval_rows,
                          ckpt_every=args.ckpt_every, max_docs=args.max_docs, warmup=min(20, max(1, args.steps // 10)))
     summary = train_lud(engine, cfg, out, args.work, log=lambda m: print(m, file=sys.stderr),
                         progress=not args.no_progress)
@@ -398,15 +568,22 @@ def train_lud_main(argv: list[str]) -> int:
 def sweep_markdown(rows: list[dict], head: str = "") -> str:
     def f(v, fmt):
         return "–" if v is None else format(v, fmt)
+
+    def pair(r, key):
+        a, b = r.get(key + "_ar"), r.get(key + "_lud")
+        return "–" if a is None and b is None else f"{f(a and 100 * a, '.0f')}% / {f(b and 100 * b, '.0f')}%"
     out = [head.strip(), ""] if head else []
-    out += ["| suite | threshold | speed-up vs ar | ar tokens/s | lud tokens/s | tokens/pass | ROUGE-L vs ar "
-            "| perplexity ar | perplexity lud | perplexity change | n |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out += ["| suite | k | threshold | speed-up vs ar | ar tokens/s | lud tokens/s | tokens/pass | ROUGE-L vs ar "
+            "| ROUGE-L vs ref ar / lud | perplexity ar | perplexity lud | perplexity change | code parses ar / lud "
+            "| passes checks ar / lud | n |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ch = None if not (r["ppl_ar"] and r["ppl_lud"]) else 100 * (r["ppl_lud"] / r["ppl_ar"] - 1)
-        out.append(f"| {r['suite']} | {r['threshold']} | {f(r['speedup'], '.2f')}× | {f(r['tps_ar'], '.1f')} | "
-                   f"{f(r['tps_lud'], '.1f')} | {f(r['tau'], '.2f')} | {f(r['rouge'], '.3f')} | "
-                   f"{f(r['ppl_ar'], '.2f')} | {f(r['ppl_lud'], '.2f')} | {f(ch, '+.1f')}% | {r['n']} |")
+        ref = "–" if r.get("ref_ar") is None else f"{r['ref_ar']:.3f} / {f(r.get('ref_lud'), '.3f')}"
+        out.append(f"| {r['suite']} | {r.get('k') or '–'} | {r['threshold']} | {f(r['speedup'], '.2f')}× | "
+                   f"{f(r['tps_ar'], '.1f')} | {f(r['tps_lud'], '.1f')} | {f(r['tau'], '.2f')} | {f(r['rouge'], '.3f')} | "
+                   f"{ref} | {f(r['ppl_ar'], '.2f')} | {f(r['ppl_lud'], '.2f')} | {f(ch, '+.1f')}% | "
+                   f"{pair(r, 'parses')} | {pair(r, 'passes')} | {r['n']} |")
     return "\n".join(out) + "\n"
 
 
@@ -422,7 +599,8 @@ def sweep_main(argv: list[str]) -> int:
     p.add_argument("--thresholds", default="0.5,0.7,0.8,0.9,0.95")
     p.add_argument("--suites", default="code,qa")
     p.add_argument("--limit", type=int, default=10)
-    p.add_argument("--k", type=int)
+    p.add_argument("--k", default="", help="comma-separated k values to sweep (default: the strategy's)")
+    p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--adapter", help="LUD folder (default <model>/lud)")
     p.add_argument("--db", help="SQLAlchemy URL or SQLite file for the runs (default: the app's, $PARADEC_DB or "
                                 "data/paradec.db, so the Dashboard charts the sweep)")
@@ -430,16 +608,18 @@ def sweep_main(argv: list[str]) -> int:
     p.add_argument("--json-out", help="write the rows as JSON here")
     args = p.parse_args(argv)
     rows = []
+    ks = [int(k) for k in str(args.k).split(",") if k.strip()] or [None]
     for suite in args.suites.split(","):
-        for th in [float(t) for t in args.thresholds.split(",")]:
+        for k, th in [(k, float(t)) for k in ks for t in args.thresholds.split(",")]:
             params = {"threshold": th}
-            if args.k:
-                params["k"] = args.k
+            if k:
+                params["k"] = k
             if args.adapter:
                 params["adapter"] = args.adapter
             cmd = [sys.executable, "-m", "paradec", "bench", "--suite", suite, "--strategies", "ar,lud",
-                   "--params", json.dumps({"lud": params}), "--limit", str(args.limit), "--json",
-                   "--name", f"lud-sweep {suite} {th}"]
+                   "--params", json.dumps({"lud": params}), "--limit", str(args.limit), "--json", "--no-roofline",
+                   "--max-new-tokens", str(args.max_new_tokens),
+                   "--name", f"lud-sweep {suite} k={k or 'default'} {th}"]
             if args.db:
                 cmd += ["--db", args.db]
             if args.model:
@@ -451,9 +631,12 @@ def sweep_main(argv: list[str]) -> int:
             res = json.loads(r.stdout.strip().splitlines()[-1])
             by = {row["strategy"]: row for row in res["table"] if row["category"] == "all"}
             ar, lud = by["ar"], by["lud"]
-            rows.append({"suite": suite, "threshold": th, "run": res["run"], "speedup": lud["speedup"],
+            rows.append({"suite": suite, "k": k, "threshold": th, "run": res["run"], "speedup": lud["speedup"],
                          "tps_ar": ar["tokens_per_s"], "tps_lud": lud["tokens_per_s"], "tau": lud["tokens_per_pass"],
-                         "rouge": lud["rouge_l_vs_ar"], "ppl_ar": ar["perplexity"], "ppl_lud": lud["perplexity"],
+                         "rouge": lud["rouge_l_vs_ar"], "ref_ar": ar.get("rouge_l_vs_ref"),
+                         "ref_lud": lud.get("rouge_l_vs_ref"), "ppl_ar": ar["perplexity"], "ppl_lud": lud["perplexity"],
+                         "parses_ar": ar.get("code_parses"), "parses_lud": lud.get("code_parses"),
+                         "passes_ar": ar.get("passes_tests"), "passes_lud": lud.get("passes_tests"),
                          "n": lud["n"]})
             print(json.dumps(rows[-1]), file=sys.stderr)
     md = sweep_markdown(rows)
