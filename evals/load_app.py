@@ -72,7 +72,7 @@ def one_client(url: str, i: int, strategies: list[str], max_new: int, deadline: 
            "frames": 0, "error": None, "lane_errors": {}}
     try:
         c = Client(url, verbose=False, analytics_enabled=False)
-        args = [f"Client {i}: explain Python decorators.", "chat", strategies, max_new, 0.0, 1.0, i,
+        args = [f"Client {i}: explain Python decorators.", "chat", strategies, max_new, 0.0, 1.0, i, 0,
                 *[default_params_json(n) for n in param_strategies()]]
         barrier.wait(120)          # every session connected: now all submit at once
         t0 = time.perf_counter()

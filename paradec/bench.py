@@ -50,6 +50,7 @@ class BenchSettings:
     params: dict = field(default_factory=dict)    # strategy -> {param: value}
     perplexity: bool = True
     peers: dict = field(default_factory=dict)     # lane name -> "STRATEGY@URL": another engine's lane in this run
+    max_context: int = 0                          # the requests' context window (0 = the model's own)
 
 
 class PeerError(ValueError):
@@ -155,10 +156,12 @@ def resume_plan(store, run: dict) -> tuple[BenchSettings, list[BenchItem]]:
     return settings, items[:limit] if limit else items
 
 
-def too_long(engine, items: list[BenchItem], max_new_tokens: int, strategies: list[str], limit: int = 10) -> list[str]:
-    """Items that cannot fit the model's context as the run would send them: the chat-templated conversation up
-    to each turn (earlier answers counted at max_new_tokens each) plus max_new_tokens. [] when every item fits,
-    or when a strategy of the run reads long prompts itself (pcw, focus) or the engine is remote."""
+def too_long(engine, items: list[BenchItem], max_new_tokens: int, strategies: list[str], limit: int = 10,
+             max_context: int = 0) -> list[str]:
+    """Items that cannot fit the context (the model's, or the `max_context` window) as the run would send them:
+    the chat-templated conversation up to each turn (earlier answers counted at max_new_tokens each) plus
+    max_new_tokens. [] when every item fits, or when a strategy of the run reads long prompts itself (pcw,
+    focus) or the engine is remote."""
     from .strategies import length_check_engine
     eng = length_check_engine(engine, list(strategies))
     if eng is None:
@@ -170,10 +173,11 @@ def too_long(engine, items: list[BenchItem], max_new_tokens: int, strategies: li
             msgs.append({"role": "user", "content": text})
             req = Request(prompt=text, messages=list(msgs) if len(it.turns) > 1 else None, chat=it.chat)
             n = len(eng.encode(req)) + (t + 1) * max_new_tokens
-            if n > eng.context_length:
+            C = min(eng.context_length, max_context) if max_context else eng.context_length
+            if n > C:
                 out.append(f"item {it.item_id} (turn {t + 1}): {n - (t + 1) * max_new_tokens} prompt tokens with "
-                           f"the chat template + {(t + 1) * max_new_tokens} new > the model's context of "
-                           f"{eng.context_length}")
+                           f"the chat template + {(t + 1) * max_new_tokens} new > the "
+                           f"{'window (max_context)' if max_context else 'model' + chr(39) + 's context'} of {C}")
                 break
             msgs.append({"role": "assistant", "content": ""})
         if len(out) >= limit:
@@ -241,7 +245,8 @@ def run_bench(engine, store, run_id: int, items: list[BenchItem], settings: Benc
                     req = Request(prompt=user_text, messages=list(history) if len(item.turns) > 1 else None,
                                   chat=item.chat, max_new_tokens=settings.max_new_tokens,
                                   temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
-                                  seed=settings.seed + rep, ignore_eos=settings.ignore_eos)
+                                  seed=settings.seed + rep, ignore_eos=settings.ignore_eos,
+                                  max_context=settings.max_context)
                     if key in done:
                         prev = store.get_result(run_id, *key)
                         skipped += 1

@@ -74,6 +74,9 @@ def _gen_args(p):
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--raw", action="store_true", help="raw completion: do not apply the chat template")
+    p.add_argument("--max-context", type=int, default=0, metavar="N",
+                   help="context window in tokens (0 = the model's own): a smaller one evaluates long-context "
+                        "strategies beyond their window on a model whose real context is larger")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="strategy parameter (repeatable), e.g. --param k=6")
 
@@ -96,7 +99,8 @@ def make_request(args, prompt: str):
     from .strategies import Request
     return Request(prompt=prompt, chat=not args.raw, max_new_tokens=args.max_new_tokens,
                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                   stop=list(args.stop), ignore_eos=args.ignore_eos, params=_parse_params(args.param))
+                   stop=list(args.stop), ignore_eos=args.ignore_eos, params=_parse_params(args.param),
+                   max_context=args.max_context)
 
 
 def load_engine(args):
@@ -239,6 +243,7 @@ def _bench(args) -> int:
         settings = B.BenchSettings(strategies=strategies, repeats=args.repeats, max_new_tokens=args.max_new_tokens,
                                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                                    ignore_eos=args.ignore_eos, params=params, peers=peers,
+                                   max_context=args.max_context,
                                    perplexity=not args.no_perplexity and not getattr(engine, "remote", False))
         set_id = store.save_eval_set(es, name=es.name)
         env = B.environment(engine, settings, _roofline_probe(args, engine))

@@ -255,6 +255,8 @@ class RemoteEngine:
             body["top_k"] = request.top_k
         if request.ignore_eos:
             body["ignore_eos"] = True
+        if request.max_context:      # the window travels in paradec's extension (another server ignores it)
+            paradec = {**(paradec or {"strategy": "ar"}), "max_context": request.max_context}
         if paradec:
             body["paradec"] = paradec
         if request.messages or request.chat:

@@ -297,10 +297,15 @@ def build_request(body: dict, kind: str, engine):
     if not isinstance(params, dict):
         raise ApiError(400, "paradec.params must be an object", param="paradec.params")
     req.params = dict(params)   # only the strategy's own parameters: `prepare` refuses any other name
+    mc = pd.get("max_context", 0)
+    if isinstance(mc, bool) or not isinstance(mc, int) or mc < 0:
+        raise ApiError(400, f"paradec.max_context must be a whole number of tokens >= 0 (0 = the model's context), "
+                            f"got {mc!r}", param="paradec.max_context")
+    req.max_context = mc
 
     if max_tokens is None:   # unasked: fill what the context leaves, up to the default
         ids = req.prompt_ids(engine)
-        max_tokens = max(1, min(DEFAULT_MAX_TOKENS[kind], engine.context_length - len(ids)))
+        max_tokens = max(1, min(DEFAULT_MAX_TOKENS[kind], req.context(engine) - len(ids)))
     req.max_new_tokens = max_tokens
 
     stream = body.get("stream", False)

@@ -53,9 +53,9 @@ def client(app) -> Client:
     return Client(app["url"], verbose=False, analytics_enabled=False)
 
 
-def race_args(prompt, strategies, max_new_tokens, temperature=0.0, seed=0):
+def race_args(prompt, strategies, max_new_tokens, temperature=0.0, seed=0, max_context=0):
     from paradec.ui.arena import default_params_json, param_strategies
-    return [prompt, "chat", strategies, max_new_tokens, temperature, 1.0, seed,
+    return [prompt, "chat", strategies, max_new_tokens, temperature, 1.0, seed, max_context,
             *[default_params_json(n) for n in param_strategies()]]
 
 
@@ -199,9 +199,13 @@ def test_race_rejects_bad_input_with_a_message(app):
         c.predict(*race_args("   ", ["ar", "pld"], 8), api_name="/race")
     args = race_args("hi", ["ar", "pld"], 8)
     from paradec.ui.arena import param_strategies
-    args[7 + param_strategies().index("pld")] = '{"num_pred": 0}'
+    args[8 + param_strategies().index("pld")] = '{"num_pred": 0}'
     with pytest.raises(Exception, match="num_pred must be between"):
         c.predict(*args, api_name="/race")
+    # the context window field: a prompt that does not fit it is refused before anything runs
+    with pytest.raises(Exception, match=r"window of 24 tokens \(max_context\)"):
+        c.predict(*race_args("Explain what a context manager is in Python, in detail, with examples.", ["ar", "pld"],
+                             8, max_context=24), api_name="/race")
 
 
 def test_two_sessions_queue_for_the_engine(app):

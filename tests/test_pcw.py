@@ -229,3 +229,37 @@ def test_eval_section_lookup_scoring_and_storage(tiny_engine, tmp_path):
         (c, s) for c in ("section-number", "section-quote") for s in ("ar-truncated", "pcw"))
     table = "\n".join(lc.sections_table(rows, ["ar-truncated", "pcw"]))
     assert "| ~1024 (2x) |" in table and "pcw: quote ROUGE-L" in table
+
+
+def test_max_context_window_limits_every_strategy(tiny_engine, tmp_path, capsys):
+    """A window smaller than the model's context (Request.max_context, --max-context): ar refuses a prompt that
+    does not fit it, pcw reads the prompt in chunks that fit it; impossible windows are refused with a reason."""
+    prompt = text_of(30, 4) + "\n\nWhat is the pass key? The pass key is"
+    n = len(tiny_engine.encode(Request(prompt=prompt, chat=False)))
+    assert 160 < n < tiny_engine.context_length - 16
+    full = Request(prompt=prompt, chat=False, max_new_tokens=6, ignore_eos=True)
+    ids_full, steps_full = run(tiny_engine, "pcw", full)
+    assert steps_full[0].info["chunks"] == 1 and run(tiny_engine, "ar", full)[0] == ids_full  # fits: pcw == ar
+    win = Request(prompt=prompt, chat=False, max_new_tokens=6, ignore_eos=True, max_context=96)
+    with pytest.raises(RequestError, match=r"window of 96 tokens \(max_context\)"):
+        run(tiny_engine, "ar", win)
+    ids, steps = run(tiny_engine, "pcw", win)
+    info = steps[0].info
+    assert len(ids) == 6 and info["chunks"] >= 2
+    assert max(info["chunk_lengths"]) + info["question_tokens"] + 6 <= 96    # every position stays in the window
+    for bad, msg in ((-1, "max_context must be between"), (tiny_engine.context_length + 1, "the model's context is"),
+                     (6, "larger than max_new_tokens")):
+        with pytest.raises(RequestError, match=msg):
+            Request(prompt=prompt, chat=False, max_new_tokens=6, max_context=bad).validate(tiny_engine)
+    # the CLI passes --max-context to the request
+    from paradec.cli import main
+    folder = tmp_path / "tiny"
+    tiny_engine.model.save_pretrained(folder)
+    tiny_engine.tokenizer.save_pretrained(folder)
+    assert main(["generate", "--model", str(folder), "--strategy", "ar", "--raw", "--prompt", prompt,
+                 "--max-new-tokens", "6", "--max-context", "96"]) == 2
+    assert "window of 96 tokens (max_context)" in capsys.readouterr().err
+    # so does the server's paradec extension
+    from paradec.server import ApiError, prepare
+    with pytest.raises(ApiError, match="max_context"):
+        prepare("ar", win, tiny_engine)

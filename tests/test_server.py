@@ -211,6 +211,8 @@ def test_openai_client_streams_unchanged(main, tiny_engine):
 
 BAD = [
     ({"prompt": PROMPT, "paradec": {"strategy": "no-such"}}, 400, "unknown strategy 'no-such'"),
+    ({"prompt": PROMPT, "paradec": {"max_context": -1}}, 400, "paradec.max_context must be a whole number"),
+    ({"prompt": PROMPT, "max_tokens": 3, "paradec": {"max_context": 4}}, 400, "exceed the window of 4 tokens (max_context)"),
     ({"prompt": PROMPT, "max_tokens": -5}, 400, "max_tokens must be at least 1"),
     ({"prompt": PROMPT, "max_tokens": "ten"}, 400, "max_tokens must be a whole number"),
     (None, 400, "not valid JSON"),

@@ -48,6 +48,18 @@ class Request:
     params: dict[str, Any] = field(default_factory=dict)   # the strategy's own parameters (Strategy.params)
     skeleton: str | list[str] | None = None  # SoT: a given skeleton (its text or its points), no skeleton pass;
     #                                          set in process only (tests, replays), never from a client
+    max_context: int = 0                     # the context window in tokens (0 = the model's own): a smaller one
+    #                                          evaluates a long-context method beyond its window on a model whose
+    #                                          real context is larger (every limit below reads `context`)
+
+    def context(self, engine) -> int:
+        """The window this request runs in: `max_context` when set, else the model's context length."""
+        return min(engine.context_length, self.max_context) if self.max_context else engine.context_length
+
+    def context_phrase(self, engine) -> str:
+        """How a message names that window: "the model's context of N tokens" or "the window of N tokens
+        (max_context)"."""
+        return window_phrase(engine, self.context(engine))
 
     @property
     def sampling(self) -> SamplingParams:
@@ -87,18 +99,30 @@ class Request:
         _check_int("seed", self.seed, 0, 2**63 - 1)
         if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
             raise RequestError("stop must be a list of non-empty strings")
+        _check_int("max_context", self.max_context, 0, 10_000_000)
         if self.skeleton is not None and not isinstance(self.skeleton, str) and not (
                 isinstance(self.skeleton, list) and all(isinstance(x, str) for x in self.skeleton)):
             raise RequestError("skeleton must be a text or a list of points")
         if engine is None:
             return None
+        if self.max_context and engine.context_length and self.max_context > engine.context_length:
+            raise RequestError(f"max_context is {self.max_context} but the model's context is "
+                               f"{engine.context_length} tokens; give at most that (0 = the model's own)")
+        if self.max_context and self.max_context <= self.max_new_tokens:
+            raise RequestError(f"max_context ({self.max_context}) must be larger than max_new_tokens "
+                               f"({self.max_new_tokens})")
         ids = self.prompt_ids(engine)
-        if len(ids) + self.max_new_tokens > engine.context_length and not long_ok:
+        if len(ids) + self.max_new_tokens > self.context(engine) and not long_ok:
             raise RequestError(
                 f"the prompt is {len(ids)} tokens and max_new_tokens is {self.max_new_tokens}: together they "
-                f"exceed the model's context of {engine.context_length} tokens; shorten the prompt or lower "
-                "max_new_tokens")
+                f"exceed {self.context_phrase(engine)}; shorten the prompt or lower max_new_tokens")
         return ids
+
+
+def window_phrase(engine, C: int) -> str:
+    """A window of C positions as messages name it: the model's context, or a smaller max_context window."""
+    return f"the window of {C} tokens (max_context)" if C < engine.context_length else \
+        f"the model's context of {C} tokens"
 
 
 def _check_int(name, v, lo, hi):

@@ -21,7 +21,7 @@ import torch
 
 from .. import focus as F
 from ..decoding import one_token_steps
-from .base import Param, Request, RequestError, Run, Step, Strategy, register, trained_availability
+from .base import Param, Request, RequestError, Run, Step, Strategy, register, trained_availability, window_phrase
 from .parallel_context import plan_chunks, question_start
 
 
@@ -48,12 +48,13 @@ class FocusLLM(Strategy):
     def layout(self, engine, request: Request, dynamic: int) -> dict:
         """Validate the request and plan the memory chunks: {'chunks', 'question', 'window', 'refresh'}."""
         return self.plan(engine, request.validate(engine, long_ok=True), self.resolve_params(request, engine),
-                         request.max_new_tokens, dynamic)
+                         request.max_new_tokens, dynamic, request.context(engine))
 
-    def plan(self, engine, ids: list[int], p: dict, M: int, dynamic: int) -> dict:
-        """The layout of a validated prompt `ids` under parameters `p`, `M` new tokens and a `dynamic`-token
-        dynamic prompt (see `layout`)."""
-        C = engine.context_length
+    def plan(self, engine, ids: list[int], p: dict, M: int, dynamic: int, C: int | None = None) -> dict:
+        """The layout of a validated prompt `ids` under parameters `p`, `M` new tokens, a `dynamic`-token
+        dynamic prompt and a window of `C` positions (default the model's context) (see `layout`)."""
+        C = C or engine.context_length
+        where = window_phrase(engine, C)
         # a prompt that fits the context needs no memory: the base model reads it whole, exactly as `ar`
         q0 = 0 if len(ids) + M <= C else question_start(engine, ids, p["question_tokens"])
         question, memory = ids[q0:], ids[:q0]
@@ -69,14 +70,14 @@ class FocusLLM(Strategy):
         if len(chunks) + len(question) + M > C:
             raise RequestError(
                 f"focus: {len(chunks)} candidate positions + the question ({len(question)} tokens) + max_new_tokens "
-                f"({M}) exceed the model's context of {C} tokens; raise window or lower question_tokens or "
+                f"({M}) exceed {where}; raise window or lower question_tokens or "
                 "max_new_tokens")
         return {"chunks": chunks, "question": question, "window": window, "refresh": p["refresh"]}
 
     def steps(self, run: Run):
         engine, request = run.engine, run.request
         ad = run.hold(F.FocusAdapter.require(engine, run.params["adapter"] or None).attached(engine.model))
-        lay = self.plan(engine, run.ids, run.params, request.max_new_tokens, ad.dynamic)
+        lay = self.plan(engine, run.ids, run.params, request.max_new_tokens, ad.dynamic, request.context(engine))
         chunks, local = lay["chunks"], list(lay["question"])
         n = len(chunks)
         out = run.out

@@ -27,7 +27,7 @@ import re
 import torch
 
 from ..decoding import one_token_steps
-from .base import Param, Request, RequestError, Run, Step, Strategy, register
+from .base import Param, Request, RequestError, Run, Step, Strategy, register, window_phrase
 
 MARKER = re.compile(r"\n\nQuestion:")
 PARAGRAPH = re.compile(r"\n\n\S")     # a blank line followed by text (not a chat template's tail)
@@ -102,13 +102,15 @@ class ParallelContextWindows(Strategy):
     def layout(self, engine, request: Request) -> dict:
         """Validate the request and plan the chunks: {'ids', 'chunks', 'question', 'shared', 'window'}."""
         return self.plan(engine, request.validate(engine, long_ok=True), self.resolve_params(request, engine),
-                         request.max_new_tokens)
+                         request.max_new_tokens, request.context(engine))
 
-    def plan(self, engine, ids: list[int], p: dict, M: int) -> dict:
-        """The chunks of a validated prompt `ids` under parameters `p` and `M` new tokens (see `layout`)."""
+    def plan(self, engine, ids: list[int], p: dict, M: int, C: int | None = None) -> dict:
+        """The chunks of a validated prompt `ids` under parameters `p`, `M` new tokens and a window of `C`
+        positions (default the model's context) (see `layout`)."""
         q0 = question_start(engine, ids, p["question_tokens"])
         question, context = ids[q0:], ids[:q0]
-        C = engine.context_length
+        C = C or engine.context_length
+        where = window_phrase(engine, C)
         window = p["window"] or max(64, C - len(question) - M)
         bos = getattr(engine.tokenizer, "bos_token_id", None)
         shared = [bos] if bos is not None and len(context) > 1 and context[0] == bos else []
@@ -124,13 +126,13 @@ class ParallelContextWindows(Strategy):
         if longest + len(question) + M > C:
             raise RequestError(
                 f"pcw: the longest window ({longest} tokens) + the question ({len(question)} tokens) + "
-                f"max_new_tokens ({M}) exceed the model's context of {C} tokens; lower window, "
+                f"max_new_tokens ({M}) exceed {where}; lower window, "
                 "question_tokens or max_new_tokens")
         return {"ids": ids, "chunks": chunks, "question": question, "shared": len(shared), "window": window}
 
     def steps(self, run: Run):
         engine = run.engine
-        lay = self.plan(engine, run.ids, run.params, run.request.max_new_tokens)
+        lay = self.plan(engine, run.ids, run.params, run.request.max_new_tokens, run.request.context(engine))
         chunks, question = lay["chunks"], lay["question"]
         info = {"chunks": len(chunks), "chunk_lengths": [len(c) for c in chunks], "window": lay["window"],
                 "question_tokens": len(question)}

@@ -387,10 +387,10 @@ class SkeletonOfThought(Strategy):
         else:
             sk_msgs = tpl.skeleton_messages(history, question)
             sk_ids = engine.encode_messages(sk_msgs, skeleton_prefix())
-            room = engine.context_length - len(sk_ids)
+            room = request.context(engine) - len(sk_ids)
             if room < 2:
-                raise RequestError(f"sot: the skeleton prompt is {len(sk_ids)} tokens; the model's context is "
-                                   f"{engine.context_length}")
+                raise RequestError(f"sot: the skeleton prompt is {len(sk_ids)} tokens; it leaves no room in "
+                                   f"{request.context_phrase(engine)}")
             sk_req = dataclasses.replace(plain, max_new_tokens=min(p["skeleton_max_tokens"], room))
             out, cache = Output(engine, sk_req), run.cache
             logits = engine.forward(sk_ids, cache, logits_to_keep=1, upcast=False)[0, -1]
@@ -409,10 +409,10 @@ class SkeletonOfThought(Strategy):
         skeleton = render_skeleton(points)
         prompts = [engine.encode_messages(tpl.expansion_messages(history, question, skeleton, b), tpl.header(b, pt))
                    for b, pt in enumerate(points, 1)]
-        room = engine.context_length - max(len(x) for x in prompts)
+        room = request.context(engine) - max(len(x) for x in prompts)
         if room < 1:
             yield from _fallback(engine, request, f"the expansion prompts ({max(len(x) for x in prompts)} tokens) "
-                                                  f"do not fit the model's context of {engine.context_length}")
+                                                  f"do not fit {request.context_phrase(engine)}")
             return
         points, budgets, headers = point_plan(points, request, p, tpl)
         prompts = prompts[:len(points)]

@@ -350,7 +350,8 @@ class Arena:
             stopped = any(lane.status == "stopped" for lane in race.lanes.values())
             bs = BenchSettings(strategies=names, max_new_tokens=race.request.max_new_tokens,
                                temperature=race.request.temperature, top_p=race.request.top_p,
-                               seed=race.request.seed, warmup=False, params=settings.get("params", {}))
+                               seed=race.request.seed, warmup=False, params=settings.get("params", {}),
+                               max_context=race.request.max_context)
             desc = self.engine.describe()
             run_id = self.store.create_run(
                 "race", name=race.request.prompt[:80].replace("\n", " "), model=desc["model"],
@@ -387,8 +388,8 @@ class Arena:
         chart = charts.race_chart({n: {"groups": []} for n in names})
         return ups + ["Waiting for the engine (other sessions' races run first)…", chart]
 
-    def race(self, prompt, mode, strategies, max_new_tokens, temperature, top_p, seed, request: gr.Request = None,
-             *param_texts):
+    def race(self, prompt, mode, strategies, max_new_tokens, temperature, top_p, seed, max_context=0,
+             request: gr.Request = None, *param_texts):
         # (gradio injects `request` only into a positional parameter, hence its place before *param_texts)
         """Start a race and stream every column at once until it ends."""
         names = list(dict.fromkeys(strategies or []))
@@ -403,7 +404,8 @@ class Arena:
         try:
             params = parse_params(self.param_names, list(param_texts))
             req = Request(prompt=prompt or "", chat=(mode != "raw completion"), max_new_tokens=int(max_new_tokens),
-                          temperature=float(temperature), top_p=float(top_p), seed=int(seed))
+                          temperature=float(temperature), top_p=float(top_p), seed=int(seed),
+                          max_context=int(max_context or 0))
             req.validate(length_check_engine(self.engine, names))
         except RequestError as e:
             raise gr.Error(str(e)) from None
@@ -418,7 +420,8 @@ class Arena:
         self.races[session] = race
         self.saved[id(race)] = threading.Event()
         settings = {"prompt": req.prompt, "chat": req.chat, "max_new_tokens": req.max_new_tokens,
-                    "temperature": req.temperature, "top_p": req.top_p, "seed": req.seed, "params": params}
+                    "temperature": req.temperature, "top_p": req.top_p, "seed": req.seed, "params": params,
+                    "max_context": req.max_context}
         threading.Thread(target=self._save, args=(race, settings), name="paradec-race-save", daemon=True).start()
         t0 = time.perf_counter()
         race.start()
@@ -552,6 +555,11 @@ class Arena:
                     temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
                     top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
                     seed = gr.Number(0, precision=0, minimum=0, label="Seed")
+                    max_context = gr.Number(0, precision=0, minimum=0, label="Context window (tokens, 0 = the model's)",
+                                            elem_id="pd-max-context",
+                                            info="smaller than the model's context: long-context strategies (pcw, "
+                                                 "focus) are tried beyond their window; every other one refuses a "
+                                                 "prompt that does not fit it")
                     speed = gr.Number(1.0, label="Replay speed (×)", minimum=0.01, maximum=100)
                 with gr.Accordion("Strategy parameters (JSON per strategy)", open=False):
                     boxes = []
@@ -583,7 +591,8 @@ class Arena:
         outs = cols + [status, figures_json, chart]
         prep = run_btn.click(self.prepare, [strategies], cols + [status, chart], queue=False,
                              api_visibility="undocumented")
-        race_ev = prep.then(self.race, [prompt, mode, strategies, max_new, temperature, top_p, seed, *boxes], outs,
+        race_ev = prep.then(self.race, [prompt, mode, strategies, max_new, temperature, top_p, seed, max_context,
+                                        *boxes], outs,
                             api_name="race", concurrency_id="engine", concurrency_limit=1,
                             show_progress="minimal")
         stop_ev = stop_btn.click(self.stop, None, [status], api_name="stop", concurrency_limit=None,
@@ -592,6 +601,7 @@ class Arena:
         replay_btn.click(self.replay, [speed], outs, api_name="replay", concurrency_limit=None,
                          show_progress="hidden")
         return {"prompt": prompt, "mode": mode, "strategies": strategies, "max_new_tokens": max_new,
-                "temperature": temperature, "top_p": top_p, "seed": seed, "param_boxes": boxes, "columns": cols,
+                "temperature": temperature, "top_p": top_p, "seed": seed, "max_context": max_context,
+                "param_boxes": boxes, "columns": cols,
                 "status": status, "figures": figures_json, "chart": chart, "strategy_groups": boxes_by_group,
                 "ended": [race_ev, after]}
