@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate the benchmark sections that BENCHMARKS.md holds, on the code as it stands.
-#   bash evals/run_benchmarks.sh [section ...]     sections: default sot-default vllm cpu-peers peers spec sot race (default: default)
+#   bash evals/run_benchmarks.sh [section ...]     sections: default sot-default vllm cpu-peers lud-default peers spec sot race (default: default)
 #   default: every lossless strategy that runs on the default model (Qwen2.5-Coder-0.5B-Instruct; ptp with its
 #            shipped adapter), one run per suite,
 #            N_DEFAULT prompts each (docs/bench/default-SUITE.md)
@@ -18,6 +18,9 @@
 #            N_CPU_PEERS prompts of every suite (LLAMA_PLAIN / LLAMA_PLD override the URLs). The section starts
 #            whichever of the four servers is not already up (building llama.cpp and vLLM on first use) and stops
 #            what it started when it ends
+#   lud-default: issue 18, Lexical Unit Decoding's sweep on the default model with its shipped parameters: one bench
+#            run (ar + lud) per suite of LUD_SUITES and k:threshold of LUD_CONFIGS, N_LUD prompts, 80 tokens, with
+#            perplexity, ROUGE-L and the code checks (docs/bench/lud-default.md and .json)
 #   the others are the paradec-tiny sections
 # Each section is one `python -m paradec bench` run (all strategies in the same run, so ratios are fair),
 # stored in $DB and written as Markdown to docs/bench/<section>.md.
@@ -38,6 +41,9 @@ VLLM_PLAIN=${VLLM_PLAIN:-http://127.0.0.1:8011}
 VLLM_NGRAM=${VLLM_NGRAM:-http://127.0.0.1:8012}
 SUITES=${SUITES:-conversation translation summarization qa math rag code code-edit lists}
 N_CPU_PEERS=${N_CPU_PEERS:-2}
+N_LUD=${N_LUD:-4}
+LUD_SUITES=${LUD_SUITES:-qa,summarization,translation,code,code-edit}
+LUD_CONFIGS=${LUD_CONFIGS:-2:0.7,2:0.9,5:0.8}
 LLAMA_PLAIN=${LLAMA_PLAIN:-http://127.0.0.1:8021}
 LLAMA_PLD=${LLAMA_PLD:-http://127.0.0.1:8022}
 STARTED=()
@@ -98,6 +104,9 @@ for s in $sections; do
         --peer "llama=ar@$LLAMA_PLAIN" --peer "llama-pld=ar@$LLAMA_PLD" --peer "vllm=ar@$VLLM_PLAIN" \
         --peer "vllm-ngram=vllm-spec@$VLLM_NGRAM" --max-new-tokens 64 --no-perplexity --db "$DB" \
         --name "paradec, llama.cpp and vLLM (every suite)" --markdown "$OUT/cpu-peers.md" ;;
+    lud-default) # issue 18
+      $PY -m paradec.training.lud_train sweep --suites "$LUD_SUITES" --configs "$LUD_CONFIGS" --limit "$N_LUD" \
+        --max-new-tokens 80 --db "$DB" --out "$OUT/lud-default.md" --json-out "$OUT/lud-default.json" ;;
     peers)   # issue 2: ar against transformers' own generate, same prompts, same run
       $PY -m paradec bench --model paradec-tiny --suite qa --strategies ar,hf-generate --limit "$N" --repeats 3 \
         --max-new-tokens 96 --ignore-eos --no-perplexity --db "$DB" --name "ar vs generate (qa)" \

@@ -226,7 +226,7 @@ def test_lud_sweep_runs_land_in_the_apps_database_unless_db_says_otherwise(monke
     assert len(calls) == 2 and all("--db" not in c for c in calls)
     assert [json.loads(c[c.index("--params") + 1]) for c in calls] == [{"lud": {"threshold": 0.5}},
                                                                        {"lud": {"threshold": 0.9}}]
-    assert "| code | 0.9 |" in (tmp_path / "s.md").read_text()
+    assert "| code | – | 0.9 |" in (tmp_path / "s.md").read_text()     # k column: the strategy's default
     calls.clear()
     lud_train.sweep_main(["--thresholds", "0.5", "--suites", "code", "--db", str(tmp_path / "x.db")])
     assert calls[0][calls[0].index("--db") + 1] == str(tmp_path / "x.db")

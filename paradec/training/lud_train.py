@@ -600,6 +600,8 @@ def sweep_main(argv: list[str]) -> int:
     p.add_argument("--suites", default="code,qa")
     p.add_argument("--limit", type=int, default=10)
     p.add_argument("--k", default="", help="comma-separated k values to sweep (default: the strategy's)")
+    p.add_argument("--configs", default="", help="K:THRESHOLD pairs instead of every k x threshold, e.g. "
+                                                 "2:0.9,5:0.9,5:0.95")
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--adapter", help="LUD folder (default <model>/lud)")
     p.add_argument("--db", help="SQLAlchemy URL or SQLite file for the runs (default: the app's, $PARADEC_DB or "
@@ -609,8 +611,10 @@ def sweep_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     rows = []
     ks = [int(k) for k in str(args.k).split(",") if k.strip()] or [None]
+    configs = [(int(c.split(":")[0]), float(c.split(":")[1])) for c in args.configs.split(",") if c.strip()] or \
+        [(k, float(t)) for k in ks for t in args.thresholds.split(",")]
     for suite in args.suites.split(","):
-        for k, th in [(k, float(t)) for k in ks for t in args.thresholds.split(",")]:
+        for k, th in configs:
             params = {"threshold": th}
             if k:
                 params["k"] = k
