@@ -226,6 +226,18 @@ def test_adapter_parameter_and_default_folder(eng, trained, tmp_path):
     assert adapter_for(e2) is adapter_for(e2)
 
 
+def test_auto_k_is_two_on_a_float32_cpu_else_the_parameters_k(eng):
+    eng.extras["lud"] = _perturbed_adapter(eng, std=0.02, k=5)
+    try:
+        lane = _tokens(eng, "lud", PROMPTS[1], {"threshold": 0.0, "max_repeat": 0}, max_new_tokens=12, ignore_eos=True)
+        assert lane.figures().accepted > 0 and all(s.drafted <= 1 for s in lane.steps)     # k = 2: one pad slot
+        wide = _tokens(eng, "lud", PROMPTS[1], {"threshold": 0.0, "max_repeat": 0, "k": 5}, max_new_tokens=12,
+                       ignore_eos=True)
+        assert max(s.drafted for s in wide.steps) == 4
+    finally:
+        eng.extras.pop("lud", None)
+
+
 def test_heldout_replay_is_the_step_lud_takes(eng):
     """The trainer's held-out figures replay lud's step at an answer position: at the answer's first position
     the replayed step accepts exactly the pad tokens `lud` accepts on its first pass, and calls them wrong
