@@ -163,6 +163,7 @@ def too_long(engine, items: list[BenchItem], max_new_tokens: int, strategies: li
     max_new_tokens. [] when every item fits, or when a strategy of the run reads long prompts itself (pcw,
     focus) or the engine is remote."""
     from .strategies import length_check_engine
+    from .strategies.base import window_phrase
     eng = length_check_engine(engine, list(strategies))
     if eng is None:
         return []
@@ -176,8 +177,7 @@ def too_long(engine, items: list[BenchItem], max_new_tokens: int, strategies: li
             C = min(eng.context_length, max_context) if max_context else eng.context_length
             if n > C:
                 out.append(f"item {it.item_id} (turn {t + 1}): {n - (t + 1) * max_new_tokens} prompt tokens with "
-                           f"the chat template + {(t + 1) * max_new_tokens} new > the "
-                           f"{'window (max_context)' if max_context else 'model' + chr(39) + 's context'} of {C}")
+                           f"the chat template + {(t + 1) * max_new_tokens} new > {window_phrase(eng, C)}")
                 break
             msgs.append({"role": "assistant", "content": ""})
         if len(out) >= limit:

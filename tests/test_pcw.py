@@ -263,3 +263,12 @@ def test_max_context_window_limits_every_strategy(tiny_engine, tmp_path, capsys)
     from paradec.server import ApiError, prepare
     with pytest.raises(ApiError, match="max_context"):
         prepare("ar", win, tiny_engine)
+
+
+def test_bench_precheck_reads_the_window(tiny_engine):
+    from paradec.bench import BenchItem, too_long
+    items = [BenchItem("a", "qa", [text_of(30, 4) + "\n\nWhat is the pass key?"])]
+    assert too_long(tiny_engine, items, 6, ["ar"]) == []
+    msg = too_long(tiny_engine, items, 6, ["ar"], max_context=96)
+    assert len(msg) == 1 and "the window of 96 tokens (max_context)" in msg[0]
+    assert too_long(tiny_engine, items, 6, ["ar", "pcw"], max_context=96) == []     # pcw reads it in chunks
