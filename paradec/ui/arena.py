@@ -551,7 +551,7 @@ class Arena:
                 # the race reads one list: the union of the groups' ticks (kept in sync, also the API's input)
                 strategies = gr.CheckboxGroup(self.available, value=default, label="Strategies", visible="hidden",
                                               elem_id="pd-strategies")
-                with gr.Accordion("Sampling and replay", open=False):
+                with gr.Accordion("Sampling, context window and replay", open=False):
                     temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
                     top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
                     seed = gr.Number(0, precision=0, minimum=0, label="Seed")
