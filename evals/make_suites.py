@@ -18,8 +18,9 @@ Suites (one JSON object per line: id, category, prompt or turns, reference?, plu
   code-edit      input-grounded edits of stdlib functions (rename a parameter, remove comments or the docstring,
                  add type hints); references computed mechanically except for type hints
   lists          list-style questions for Skeleton-of-Thought ("What are the main benefits of ...?"); no references
-  longcontext    passkey retrieval and section look-up in a long document, at ~1k/2k/4k/8k tokens
-                 (raw completion and the paradec-tiny token ratio; rebuilt by its own issue)
+  longcontext    passkey retrieval (in-window controls, then 2x-16x a 512-token window at four depths), key-value
+                 retrieval in a JSON object and question answering over a document of numbered stdlib sections;
+                 chat prompts sized exactly by the default model's tokenizer (needs it provisioned)
 
 A reference is text, or, where several answers are acceptable, the per-turn form [[alternative, ...]] that
 Spec-Bench uses; quality is scored against the best-matching alternative (paradec.quality).
@@ -505,34 +506,80 @@ FILLER = [
     "A kite rose high above the beach on the steady sea breeze.",
     "The farmer mended the fence along the edge of the meadow.",
 ]
-PASSKEY_INTRO = ("A five-digit pass key is hidden somewhere in the long text below. Read the text, find the "
-                 "pass key and remember it; you will be asked for it at the end.\n\n")
+LC_WINDOW = 512                        # the nominal window the suite's lengths are multiples of
+LC_PASSKEY_MULTIPLES = (2, 4, 8, 16)   # 1K..8K tokens: inputs at 2x-16x a 512-token window
+LC_DEPTHS = (10, 35, 60, 85)
+LC_CONTROL_TOKENS = 384                # in-window controls: the same task, the whole text fits the window
+LC_OTHER_MULTIPLES = (2, 4, 16)        # key-value retrieval and document QA
+PASSKEY_INTRO = ("There is a pass key hidden inside a lot of irrelevant text below. Find it and remember it; "
+                 "I will ask you for it at the end.\n\n")
 PASSKEY_LINE = "The pass key is {key}. Remember it: {key} is the pass key."
-PASSKEY_QUESTION = "\n\nWhat is the pass key? The pass key is"
+PASSKEY_QUESTION = "\n\nWhat is the pass key? Answer with the five digits only."
+KV_INTRO = ("The JSON object below maps keys to values. I will ask you for the value of one key at the end.\n\n")
+KV_QUESTION = '\n\nWhat is the value of the key "{key}" in the JSON object above? Answer with the value only.'
+DOC_INTRO = ("Below is a reference document with numbered sections, one per function or class of the Python "
+             "standard library. I will ask you a question about one section at the end.\n\n")
 
 
-def _filler(rng: random.Random, n_chars: int) -> list[str]:
-    out, total = [], 0
-    while total < n_chars:
-        s = rng.choice(FILLER)
-        out.append(s)
-        total += len(s) + 1
-    return out
+def _chat_tokens(tok, text: str) -> int:
+    """Tokens of `text` as a chat prompt under the default model's template (generation prompt included)."""
+    out = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=True, add_generation_prompt=True)
+    return len(out["input_ids"] if hasattr(out, "keys") else out)
 
 
-def passkey_items(rng: random.Random) -> list[dict]:
+def _fit(tok, build, target: int, hi: int) -> tuple[int, str, int]:
+    """The largest n <= hi with build(n) at most `target` chat tokens: (n, text, tokens)."""
+    lo = 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _chat_tokens(tok, build(mid)) <= target:
+            lo = mid
+        else:
+            hi = mid - 1
+    text = build(lo)
+    return lo, text, _chat_tokens(tok, text)
+
+
+def _default_tokenizer():
+    from transformers import AutoTokenizer
+
+    from paradec.provision import ensure_default
+    return AutoTokenizer.from_pretrained(str(ensure_default()))
+
+
+def passkey_items(rng: random.Random, tok) -> list[dict]:
     items = []
-    for mult in (2, 4, 8, 16):
-        tokens = 512 * mult
-        for depth in (10, 25, 40, 55, 70, 90):
+    for target, mult in [(LC_CONTROL_TOKENS, None)] + [(LC_WINDOW * m, m) for m in LC_PASSKEY_MULTIPLES]:
+        for depth in LC_DEPTHS:
             key = str(rng.randint(10000, 99999))
-            body_chars = int(tokens * CHARS_PER_TOKEN) - len(PASSKEY_INTRO) - len(PASSKEY_QUESTION) - 60
-            sents = _filler(rng, body_chars)
-            cut = round(len(sents) * depth / 100)
-            text = " ".join(sents[:cut] + [PASSKEY_LINE.format(key=key)] + sents[cut:])
-            items.append({"category": "longcontext", "prompt": PASSKEY_INTRO + text + PASSKEY_QUESTION,
-                          "reference": key, "chat": False, "task": "passkey", "approx_tokens": tokens,
-                          "depth_percent": depth})
+            pool = [rng.choice(FILLER) for _ in range(target)]          # more sentences than any fit needs
+
+            def build(n, pool=pool, key=key, depth=depth):
+                cut = round(n * depth / 100)
+                return (PASSKEY_INTRO + " ".join(pool[:cut] + [PASSKEY_LINE.format(key=key)] + pool[cut:n])
+                        + PASSKEY_QUESTION)
+            _, text, n_tok = _fit(tok, build, target, len(pool))
+            items.append({"category": "longcontext", "prompt": text, "reference": key, "task": "passkey",
+                          "approx_tokens": target, "tokens": n_tok, "multiple": mult, "depth_percent": depth,
+                          "control": mult is None})
+    return items
+
+
+def kv_items(rng: random.Random, tok) -> list[dict]:
+    items = []
+    for mult in LC_OTHER_MULTIPLES:
+        for depth in (25, 75):
+            pairs = [(f"{rng.getrandbits(32):08x}", f"{rng.getrandbits(32):08x}") for _ in range(mult * 60)]
+
+            def build(n, pairs=pairs, depth=depth):
+                body = ",\n".join(f'  "{k}": "{v}"' for k, v in pairs[:n])
+                ask = pairs[min(n - 1, round((n - 1) * depth / 100))][0]
+                return KV_INTRO + "{\n" + body + "\n}" + KV_QUESTION.format(key=ask)
+            n, text, n_tok = _fit(tok, build, LC_WINDOW * mult, len(pairs))
+            k, v = pairs[min(n - 1, round((n - 1) * depth / 100))]
+            items.append({"category": "longcontext", "prompt": text, "reference": v, "task": "kv",
+                          "approx_tokens": LC_WINDOW * mult, "tokens": n_tok, "multiple": mult,
+                          "depth_percent": depth, "key": k, "pairs": n})
     return items
 
 
@@ -549,37 +596,52 @@ def _member_summaries() -> list[tuple[str, str]]:
     return out
 
 
-def section_items(rng: random.Random) -> list[dict]:
+def _first_sentence(para: str) -> str:
+    return re.split(r"(?<=[.!?])\s+", para)[0]
+
+
+def docqa_items(rng: random.Random, tok) -> list[dict]:
+    """A document of numbered stdlib sections and a question whose answer is in one section: which section
+    describes a given name (answer: its number), or which name a section's first sentence describes."""
     summaries = _member_summaries()
     items = []
-    for n_tokens in (1024, 2048, 4096, 8192):       # 2x, 4x, 8x and 16x the default model's context
-        pool = rng.sample(summaries, min(len(summaries), 800))
-        sections, chars = [], 0
-        for name, para in pool:
-            if chars > n_tokens * 3.7 - 400:     # docstring prose: ~3.7 characters per token
-                break
-            sections.append((name, para))
-            chars += len(para) + len(name) + 20
-        document = "\n\n".join(f"Section {k}: `{name}`\n{para}" for k, (name, para) in enumerate(sections, 1))
-        intro = "Below is a reference document with numbered sections, one per function or class.\n\n"
-        picks = rng.sample(range(len(sections)), 4)
-        for j, k in enumerate(picks):
-            name, para = sections[k]
-            if j % 2 == 0:
-                q = f"Which section describes `{name}`? Answer with the section number."
-                ref, task = str(k + 1), "section_number"
-            else:
-                q = f"Quote the description given in the section about `{name}`."
-                ref, task = para, "section_quote"
-            items.append({"category": "longcontext", "prompt": intro + document + "\n\n" + q, "reference": ref,
-                          "task": task, "approx_tokens": n_tokens, "n_sections": len(sections),
-                          "section": k + 1})
+    for mult in LC_OTHER_MULTIPLES:
+        pool = rng.sample(summaries, min(len(summaries), mult * 40))
+        for depth, task in ((30, "section_number"), (70, "name_lookup")):
+            def doc(n):
+                return "\n\n".join(f"Section {k}: `{name}`\n{para}" for k, (name, para) in enumerate(pool[:n], 1))
+
+            def pick(n):
+                # the section nearest the depth whose first sentence is unique in the document and not its name
+                order = sorted(range(n), key=lambda i: abs(i - round((n - 1) * depth / 100)))
+                firsts = [_first_sentence(p) for _, p in pool[:n]]
+                return next(i for i in order if firsts.count(firsts[i]) == 1 and len(firsts[i].split()) >= 6
+                            and pool[i][0].rsplit(".", 1)[-1] not in firsts[i])
+
+            def question(n):
+                i = pick(n)
+                name, para = pool[i]
+                if task == "section_number":
+                    return f"Which section describes `{name}`? Answer with the section number only.", str(i + 1)
+                return (f'Which function or class does the document describe with these words: "{_first_sentence(para)}"'
+                        " Answer with its name only.", name)
+
+            def build(n):
+                return DOC_INTRO + doc(n) + "\n\n" + question(n)[0]
+            n, text, n_tok = _fit(tok, build, LC_WINDOW * mult, len(pool))
+            i = pick(n)
+            items.append({"category": "longcontext", "prompt": text, "reference": question(n)[1], "task": task,
+                          "approx_tokens": LC_WINDOW * mult, "tokens": n_tok, "multiple": mult,
+                          "depth_percent": round(100 * i / max(1, n - 1)), "n_sections": n, "section": i + 1})
     return items
 
 
-def longcontext_items() -> list[dict]:
+def longcontext_items(tok=None) -> list[dict]:
+    """Passkey (in-window controls and 2x-16x a 512-token window, four depths), key-value retrieval and
+    document QA, chat prompts sized by the default model's tokenizer (its chat template included)."""
+    tok = tok or _default_tokenizer()
     rng = random.Random(SEED)
-    out = passkey_items(rng) + section_items(rng)
+    out = passkey_items(rng, tok) + kv_items(rng, tok) + docqa_items(rng, tok)
     return [{"id": f"long-{i:02d}", **it} for i, it in enumerate(out, 1)]
 
 

@@ -272,3 +272,87 @@ def test_bench_precheck_reads_the_window(tiny_engine):
     msg = too_long(tiny_engine, items, 6, ["ar"], max_context=96)
     assert len(msg) == 1 and "the window of 96 tokens (max_context)" in msg[0]
     assert too_long(tiny_engine, items, 6, ["ar", "pcw"], max_context=96) == []     # pcw reads it in chunks
+
+
+# ------------------------------------------------------------------------------------------- APE's options
+APE_PROMPT = ("Read the notes below and answer the question at the end.\n\n" + text_of(40, 9)
+              + "\n\nWhat is the pass key? The pass key is")
+
+
+def test_ape_prefix_starts_every_chunk_and_is_kept_once(tiny_engine):
+    req = Request(prompt=APE_PROMPT, chat=False, max_new_tokens=4, params={"window": 90})
+    lay = get("ape").layout(tiny_engine, req)
+    head = lay["shared"]
+    assert head > 0 and tiny_engine.decode(lay["ids"][:head]).endswith("\n\n")
+    assert "\n\n" not in tiny_engine.decode(lay["ids"][:head - 1])        # the fewest tokens holding the break
+    assert len(lay["chunks"]) >= 3 and all(c[:head] == lay["ids"][:head] for c in lay["chunks"])
+    cache = encode_chunks(tiny_engine, lay["chunks"], head)
+    assert tiny_engine.cache_len(cache) == sum(map(len, lay["chunks"])) - head * (len(lay["chunks"]) - 1)
+    # pcw shares nothing by default; a prefix limit shorter than the opening shares nothing either
+    assert get("pcw").layout(tiny_engine, req)["shared"] == 0
+    short = Request(prompt=APE_PROMPT, chat=False, max_new_tokens=4, params={"window": 90, "prefix": 3})
+    assert get("ape").layout(tiny_engine, short)["shared"] == 0
+
+
+def test_ape_with_its_options_off_is_pcw(tiny_engine):
+    req = Request(prompt=APE_PROMPT, chat=False, max_new_tokens=12, ignore_eos=True,
+                  params={"window": 90, "prefix": 0, "temperature": 1.0, "scale": 1.0})
+    assert run(tiny_engine, "ape", req)[0] == run(tiny_engine, "pcw", Request(**{**req.__dict__,
+                                                                                 "params": {"window": 90}}))[0]
+
+
+def test_ape_weights_follow_the_papers_rule():
+    """Inside the context the weights follow softmax(s/T); the context's total mass is S * exp(T * LSE(s/T))
+    against exp(LSE(s)) for the prefix and the rest; T = S = 1 is the plain softmax."""
+    from paradec.strategies.parallel_context import ape_weights
+    g = torch.Generator().manual_seed(0)
+    s = torch.randn(2, 3, 5, 40, generator=g) * 3
+    s[..., 35:] = torch.finfo(torch.float32).min               # masked columns stay at zero weight
+    lo, hi, T, S = 4, 30, 0.6, 0.3
+    w = ape_weights(s, lo, hi, T, S)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 3, 5))
+    assert (w[..., 35:] == 0).all()
+    ctx = w[..., lo:hi]
+    torch.testing.assert_close(ctx / ctx.sum(-1, keepdim=True), torch.softmax(s[..., lo:hi] / T, -1))
+    rest = torch.cat([s[..., :lo], s[..., hi:]], -1)
+    ratio = ctx.sum(-1) / (w[..., :lo].sum(-1) + w[..., hi:].sum(-1))
+    want = S * torch.exp(T * torch.logsumexp(s[..., lo:hi] / T, -1) - torch.logsumexp(rest, -1))
+    torch.testing.assert_close(ratio, want, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(ape_weights(s, lo, hi, 1.0, 1.0), torch.softmax(s, -1))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.2])
+def test_ape_reads_the_context_under_its_rule_at_every_step(tiny_engine, temperature):
+    """The strategy's question pass and every later pass go through APE's attention (greedy and coupled
+    sampling): its tokens equal a loop written here from the engine and `context_blocks`, and differ from the
+    same layout with T = S = 1 (so the check can fail); the model's attention setting is restored after."""
+    from paradec.sampling import UStream, next_tokens
+    from paradec.strategies.parallel_context import context_blocks
+    params = {"window": 90, "temperature": 0.6, "scale": 0.3}
+    req = Request(prompt=APE_PROMPT, chat=False, max_new_tokens=12, ignore_eos=True, temperature=temperature,
+                  seed=3, params=params)
+    ids, steps = run(tiny_engine, "ape", req)
+    assert steps[0].info["chunks"] >= 3 and steps[0].info["shared_prefix"] > 0
+    assert tiny_engine.model.config._attn_implementation == "sdpa"
+    lay = get("ape").layout(tiny_engine, req)
+    cache = encode_chunks(tiny_engine, lay["chunks"], lay["shared"])
+    past, pos = tiny_engine.cache_len(cache), max(map(len, lay["chunks"]))
+    us = UStream(req.seed) if temperature else None
+    toks, feed = [], lay["question"]
+    while len(toks) < req.max_new_tokens:
+        n = len(feed)
+        m = tiny_engine.tree_mask(tiny_engine.cache_len(cache), torch.ones(n, n, dtype=torch.bool).tril())
+        with context_blocks(tiny_engine, lay["shared"], past, 0.6, 0.3):
+            logits = tiny_engine.forward(feed, cache, list(range(pos, pos + n)), m, logits_to_keep=1)[0, -1]
+        pos += n
+        toks.append(int(next_tokens(logits, req.sampling, us[len(toks)] if us is not None else None)))
+        feed = toks[-1:]
+    assert ids == toks
+    plain = Request(**{**req.__dict__, "params": {"window": 90, "temperature": 1.0, "scale": 1.0}})
+    assert ids != run(tiny_engine, "ape", plain)[0]
+
+
+def test_ape_options_are_validated(tiny_engine):
+    for bad in ({"temperature": 0.0}, {"scale": -1.0}, {"prefix": -2}):
+        with pytest.raises(RequestError, match=next(iter(bad))):
+            run(tiny_engine, "ape", Request(prompt=APE_PROMPT, chat=False, max_new_tokens=2, params=bad))

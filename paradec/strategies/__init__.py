@@ -5,7 +5,8 @@ from .base import (REGISTRY, Output, Param, Request, RequestError, Run, Step, St
                    length_check_engine, register)
 
 MODULES = ["autoregressive", "hf_generate", "speculative", "prompt_lookup", "lookahead", "skeleton",
-           "ptp", "lexical_units", "parallel_context", "focus_llm"]
+           "ptp", "lexical_units", "parallel_context", "ape",
+           "focus_llm"]
 
 
 def load_all() -> dict:

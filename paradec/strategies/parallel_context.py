@@ -14,15 +14,30 @@ paragraph break ("\\n\\n") when the final paragraph is at most `question_tokens`
 the `longcontext` suite: "...\\n\\nWhat is the pass key? The pass key is"); otherwise the last
 `question_tokens` tokens.
 
+APE's training-free adjustments (Yang et al., ICLR 2025), as options (`ape` is this strategy with them on):
+  * `prefix` N: the prompt's opening, up to and including its first blank line when that comes within N tokens
+    (a chat template's head plus the instruction before the document), is put at the start of EVERY chunk
+    (positions 0.., encoded in each row, kept once), so no chunk starts cold; 0 shares only a BOS.
+  * `temperature` T and `scale` S act in every pass after the chunks (the question's and each answer token's):
+    its attention is split into three blocks, the prefix, the context and the rest (question and answer). With
+    s the scaled scores q.k/sqrt(d), each block's log-mass is LSE(s) for the prefix and the rest but
+    T * LSE(s/T) + log S for the context, and inside the context the weights follow softmax(s/T): the context is
+    sharpened by T without its total weight growing, and that total is scaled by S. One softmax does it, over
+    the scores with the context's columns replaced by s/T + (T - 1) * LSE(s/T) + log S (`ape_attention`, an
+    attention function registered with transformers and switched on only around those passes).
+With T = S = 1 and prefix 0 the computation is plain pcw.
+
 Steps: the batched chunk encoding is one forward pass (a step with no tokens, `info` = chunk layout);
 the question pass yields the first token; then one token per forward pass like `ar`. With a single chunk
-the computation is the ordinary one, so greedy output equals `ar`. Not lossless with several chunks: the
-chunks do not see each other.
+(and T = S = 1) the computation is the ordinary one, so greedy output equals `ar`. Not lossless with several
+chunks: the chunks do not see each other.
 """
 from __future__ import annotations
 
 import math
 import re
+import threading
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -59,6 +74,23 @@ def question_start(engine, ids: list[int], question_tokens: int) -> int:
     return min(max(cut, 1 if n > 1 else 0), n)
 
 
+def head_end(engine, ids: list[int], limit: int) -> int:
+    """Length of the prompt's opening: the fewest leading tokens whose text holds a blank line ("\\n\\n"),
+    when that is at most `limit` tokens; 0 otherwise. A blank line, once in a prefix, stays in every longer
+    one, so a binary search needs O(log limit) decodes."""
+    hi = min(limit, len(ids))
+    if hi <= 0 or "\n\n" not in engine.decode(ids[:hi]):
+        return 0
+    lo = 0                      # has(lo) is false, has(hi) is true
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if "\n\n" in engine.decode(ids[:mid]):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def plan_chunks(context: list[int], window: int, shared: list[int]) -> list[list[int]]:
     """Cut `context` into balanced chunks of at most `window` tokens, each starting with `shared` (a BOS)."""
     if not context:
@@ -78,6 +110,51 @@ def encode_chunks(engine, chunks: list[list[int]], shared_len: int = 0):
     return engine.concat_rows(bcache, [T - len(c) + (shared_len if i else 0) for i, c in enumerate(chunks)])
 
 
+# ------------------------------------------------------------------------------------------ APE's query attention
+_BLOCKS = threading.local()       # (lo, hi, T, S) while `context_blocks` is active in this thread
+ATTENTION_NAME = "paradec_ape"
+
+
+def ape_weights(scores: torch.Tensor, lo: int, hi: int, T: float, S: float) -> torch.Tensor:
+    """Attention weights (…, Q, K) from additive-masked scores (…, Q, K) with APE's rule on the columns [lo, hi)
+    (the context): softmax over the scores with those columns set to s/T + (T-1)*LSE(s/T) + log S."""
+    ctx = scores[..., lo:hi].float() / T
+    shift = (T - 1.0) * torch.logsumexp(ctx, dim=-1, keepdim=True) + math.log(S)
+    adjusted = torch.cat([scores[..., :lo].float(), ctx + shift, scores[..., hi:].float()], dim=-1)
+    return torch.softmax(adjusted, dim=-1)
+
+
+def ape_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """A transformers attention function: eager attention with `ape_weights` on the active context block."""
+    lo, hi, T, S = _BLOCKS.spec
+    groups = query.shape[1] // key.shape[1]
+    k = key.repeat_interleave(groups, dim=1) if groups > 1 else key
+    v = value.repeat_interleave(groups, dim=1) if groups > 1 else value
+    scores = torch.matmul(query, k.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask[..., :k.shape[-2]]
+    w = ape_weights(scores, lo, hi, T, S).to(v.dtype)
+    return torch.matmul(w, v).transpose(1, 2).contiguous(), None
+
+
+@contextmanager
+def context_blocks(engine, lo: int, hi: int, temperature: float, scale: float):
+    """Run the enclosed forward passes with `ape_attention` on the cache columns [lo, hi) (the context)."""
+    from transformers import AttentionInterface
+    AttentionInterface.register(ATTENTION_NAME, ape_attention)
+    cfgs = [engine.model.config, engine.model.config.get_text_config(decoder=True)]
+    old = [c._attn_implementation for c in cfgs]
+    _BLOCKS.spec = (lo, hi, float(temperature), float(scale))
+    try:
+        for c in cfgs:
+            c._attn_implementation = ATTENTION_NAME
+        yield
+    finally:
+        for c, o in zip(cfgs, old):
+            c._attn_implementation = o
+        _BLOCKS.spec = None
+
+
 @register
 class ParallelContextWindows(Strategy):
     name = "pcw"
@@ -90,6 +167,13 @@ class ParallelContextWindows(Strategy):
         "question_tokens": Param(64, int, 1, 4096, "question length when the prompt has no question marker "
                                                    "or short final paragraph"),
         "max_chunks": Param(64, int, 1, 4096, "most context chunks encoded in one batch"),
+        "prefix": Param(0, int, 0, 4096, "share the prompt's opening (up to its first blank line, when within this "
+                                         "many tokens) at the start of every chunk, APE's shared prefix (0 = "
+                                         "only a BOS)"),
+        "temperature": Param(1.0, float, 0.05, 10.0, "attention temperature on the context: later scores over "
+                                                     "context keys are divided by it (APE; 1 = off)"),
+        "scale": Param(1.0, float, 0.01, 10.0, "the context's attention weights are multiplied by it (APE's "
+                                               "scaling factor; 1 = off)"),
     }
 
     def available(self, engine) -> tuple[bool, str]:
@@ -113,7 +197,11 @@ class ParallelContextWindows(Strategy):
         where = window_phrase(engine, C)
         window = p["window"] or max(64, C - len(question) - M)
         bos = getattr(engine.tokenizer, "bos_token_id", None)
-        shared = [bos] if bos is not None and len(context) > 1 and context[0] == bos else []
+        head = head_end(engine, context[:-1], p.get("prefix", 0))    # at least one context token left to chunk
+        if head:
+            shared = context[:head]
+        else:
+            shared = [bos] if bos is not None and len(context) > 1 and context[0] == bos else []
         if window <= len(shared):
             raise RequestError(f"pcw: window must be larger than {len(shared)}, got {window}")
         chunks = plan_chunks(context[len(shared):] if shared else context, window, shared)
@@ -131,11 +219,11 @@ class ParallelContextWindows(Strategy):
         return {"ids": ids, "chunks": chunks, "question": question, "shared": len(shared), "window": window}
 
     def steps(self, run: Run):
-        engine = run.engine
-        lay = self.plan(engine, run.ids, run.params, run.request.max_new_tokens, run.request.context(engine))
+        engine, p = run.engine, run.params
+        lay = self.plan(engine, run.ids, p, run.request.max_new_tokens, run.request.context(engine))
         chunks, question = lay["chunks"], lay["question"]
         info = {"chunks": len(chunks), "chunk_lengths": [len(c) for c in chunks], "window": lay["window"],
-                "question_tokens": len(question)}
+                "question_tokens": len(question), "shared_prefix": lay["shared"]}
         pos = max((len(c) for c in chunks), default=0)
         if chunks:
             cache = encode_chunks(engine, chunks, lay["shared"])
@@ -144,12 +232,26 @@ class ParallelContextWindows(Strategy):
         else:
             cache = run.cache
         past = engine.cache_len(cache)
+        ape = chunks and (p["temperature"] != 1.0 or p["scale"] != 1.0)
+        blocks = (lambda: context_blocks(engine, lay["shared"], past, p["temperature"], p["scale"])) if ape \
+            else nullcontext
         q = len(question)
         mask = engine.tree_mask(past, torch.ones(q, q, dtype=torch.bool).tril())
-        logits = engine.forward(question, cache, list(range(pos, pos + q)), mask, logits_to_keep=1,
-                                upcast=False)[0, -1]
+        with blocks():
+            logits = engine.forward(question, cache, list(range(pos, pos + q)), mask, logits_to_keep=1,
+                                    upcast=False)[0, -1]
+        position = pos + q
+        feed = None
+        if ape:
+            def feed(tok):       # every later pass reads the context under APE's rule too
+                nonlocal position
+                mask1 = engine.tree_mask(engine.cache_len(cache), torch.ones(1, 1, dtype=torch.bool))
+                with blocks():
+                    out = engine.forward([tok], cache, [position], mask1, logits_to_keep=1, upcast=False)[0, -1]
+                position += 1
+                return out, 1
         for st in one_token_steps(engine, run.out, logits, cache, sampling=run.sampling, us=run.us,
-                                  position=pos + q):
+                                  position=pos + q, feed=feed):
             if st.prefill:
                 st.info.update(info)
             yield st

@@ -41,6 +41,7 @@ HINTS = {
     "sot-r": "SoT for list-style questions only (a router), ar otherwise",
     "lud": "trained pad slots guess the next tokens; confident ones are kept",
     "pcw": "a long prompt as parallel context windows",
+    "ape": "parallel context windows with APE's shared prefix, temperature and scaling",
     "focus": "a long prompt as a batch of chunks with trained candidate tokens",
     "hf-generate": "transformers' own generate: the peer of ar",
     "hf-assisted": "transformers' assisted generation with the draft model",
