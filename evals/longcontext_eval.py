@@ -1,29 +1,31 @@
-"""Long-context evaluation: passkey accuracy per input length and depth, and the prefill cost of `pcw`.
+"""Long-context evaluation: accuracy, cost and memory of the chunked methods against full attention, in one run.
 
-Two measurements, printed and written to docs/longcontext.md:
+The default model has a 32K-token context, so it is its own full-attention reference: every method is evaluated
+in a smaller *window* W (`Request.max_context`, default 512) on inputs at up to 16x W, beside
 
-1. Passkey accuracy on the `longcontext` suite's passkey items (about 1k/2k/4k/8k tokens, key at six
-   depths) for each strategy of `--strategies` (default ar-truncated,pcw,focus). `ar-truncated` is the
-   baseline: `ar` on the prompt truncated from the left to fit the model's context (the last
-   context_length - max_new_tokens tokens; the truncation is done here, it is not a registered strategy).
-   Every other name is a registered paradec strategy run as is (`pcw`, `focus`: they read prompts longer than
-   the context themselves); one that is not registered or not available for the model (e.g. `focus` without
-   its trained parameters) is skipped with the reason printed. An answer is right when the key's five digits
-   appear in the output text. Every answer is also stored, as it is produced, as a result of one run of kind
-   'longcontext' in the results store (the app's database unless --db says otherwise; --no-store skips
-   it): per result the item id, category ('passkey', or 'passkey-control'), text, quality {correct, ...}
-   and meta {approx_tokens, depth_percent, input_tokens, context_length, ...}; the Dashboard charts accuracy
-   by length and a length x depth heatmap from them.
-2. Prefill cost against input length: one full-attention prefill of L tokens against pcw's batched chunk
-   prefill of the same L tokens (L/window chunks of `window` tokens in ONE batched forward pass, plus
-   laying the chunk caches end to end). Full attention cannot run past the default model's 512 positions,
-   so both are timed on a randomly initialised Llama with the default model's shapes and
-   max_position_embeddings 16384 (cost does not depend on the weights).
+  * `ar-full`      - `ar` with full attention over the whole input (the model's own context; the ceiling),
+  * `ar-truncated` - `ar` on the input cut from the LEFT to the window (its last W - max_new_tokens tokens; the
+                     cut is done here, it is not a registered strategy): what a W-token model can do unaided,
+  * the chunked methods, each run with max_context = W: `pcw`, `ape` (pcw with APE's shared prefix, temperature
+    and scaling), `focus` (FocusLLM; needs parameters trained for the model, skipped with the reason when it
+    has none). Any registered strategy name can be given; one that is not available for the model is skipped.
 
-    python evals/longcontext_eval.py [--model PATH] [--strategies ar-truncated,pcw,focus] [--max-new-tokens 8]
-                                     [--multiples 2,4,8,16] [--db URL | --no-store] [--limit N]
+Items: the `longcontext` suite (evals/suites/longcontext.jsonl, sized by the default model's tokenizer):
+passkey retrieval (in-window controls, then 2x/4x/8x/16x a 512-token window, the key at four depths), key-value
+retrieval in a JSON object, and questions over a document of numbered standard-library sections (which section
+describes a name; which name a quoted description belongs to). Scores: the key / value appears in the answer;
+the section number appears as a number of its own; the name's last component appears as a word.
 
-Run it with OMP_NUM_THREADS=1 on a shared machine; it sets torch to 1 thread unless --threads says more.
+Per answer it measures (and stores, as a run of kind 'longcontext' in the results store unless --no-store):
+correctness, time to first token (the prefill: for the chunked methods the batched chunk pass plus the question
+pass), end-to-end time, the peak resident memory the answer added (sampled every 5 ms) and the KV cache it held
+(computed from the cached positions and the model's shapes). `--timing` also times the prefill alone against
+input length (full attention vs the batched chunks, best of repeats) on the model itself, up to its context.
+
+    python evals/longcontext_eval.py [--window 512] [--strategies ar-full,ar-truncated,pcw,ape,focus]
+                                     [--tasks passkey,kv,section_number,name_lookup] [--lengths 384,1024,...]
+                                     [--limit N] [--timing --timing-window 512 --multiples 2,4,8,16]
+                                     [--db URL | --no-store] [--out docs/longcontext.md] [--json PATH]
 """
 from __future__ import annotations
 
@@ -32,10 +34,10 @@ import datetime as dt
 import json
 import os
 import platform
-import random
 import re
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -48,30 +50,33 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from paradec.bench import effective_params, result_row  # noqa: E402
 from paradec import focus as F  # noqa: E402
+from paradec.bench import effective_params, result_row  # noqa: E402
+from paradec.decoding import one_token_steps  # noqa: E402
 from paradec.engine import Engine  # noqa: E402
 from paradec.race import Lane, run_alone  # noqa: E402
-from paradec.decoding import one_token_steps  # noqa: E402
 from paradec.strategies import Output, Request, Step, get  # noqa: E402
 from paradec.strategies.base import u_stream  # noqa: E402
 from paradec.strategies.parallel_context import encode_chunks, plan_chunks  # noqa: E402
 
 SUITE = ROOT / "evals" / "suites" / "longcontext.jsonl"
 
-
+FULL = "ar-full"
 BASELINE = "ar-truncated"
-DEFAULT_STRATEGIES = "ar-truncated,pcw,focus"
-LOGPROB_STRATEGIES = (BASELINE, "pcw", "focus")   # those whose key log-probability is measured (teacher-forced)
+REFERENCES = (FULL, BASELINE)
+DEFAULT_STRATEGIES = "ar-full,ar-truncated,pcw,ape,focus"
+TASKS = ("passkey", "kv", "section_number", "name_lookup")
+MAX_NEW = {"passkey": 12, "kv": 16, "section_number": 8, "name_lookup": 16}
+DEFAULT_WINDOW = 512
 
 
-# ------------------------------------------------------------------------------------- the baseline
-def truncated_steps(engine, req: Request, facts: dict) -> Iterator[Step]:
-    """The baseline's Steps: greedy/sampled autoregressive decoding of the prompt cut from the LEFT to
-    context - max_new_tokens tokens (the cut and the prefill inside the first Step, so they are timed). `facts`
-    gets prompt_tokens and kept."""
+# ------------------------------------------------------------------------------------- the references
+def truncated_steps(engine, req: Request, facts: dict, window: int | None = None) -> Iterator[Step]:
+    """The truncated baseline's Steps: autoregressive decoding of the prompt cut from the LEFT to
+    window - max_new_tokens tokens (window: the request's, by default; the cut and the prefill are inside the
+    first Step, so they are timed). `facts` gets prompt_tokens and kept."""
     ids = engine.encode(req)
-    kept = ids[-(engine.context_length - req.max_new_tokens):]
+    kept = ids[-((window or req.context(engine)) - req.max_new_tokens):]
     facts.update(prompt_tokens=len(ids), kept=len(kept))
     out = Output(engine, req)
     cache = engine.new_cache()
@@ -80,22 +85,44 @@ def truncated_steps(engine, req: Request, facts: dict) -> Iterator[Step]:
 
 
 def ar_truncated(engine, req: Request) -> tuple[str, int, int]:
-    """The baseline's answer: (text, prompt tokens, tokens kept)."""
+    """The truncated baseline's answer: (text, prompt tokens, tokens kept)."""
     facts: dict = {}
     text = "".join(step.text for step in truncated_steps(engine, req, facts))
     return text, facts["prompt_tokens"], facts["kept"]
 
 
+def parse_spec(spec: str) -> tuple[str, dict]:
+    """A strategy as the eval names it: "name" or "name+key=value+key=value" (the strategy with those parameters,
+    e.g. "ape+temperature=1+scale=1" for APE's shared prefix alone) -> (name, parameters)."""
+    name, *kvs = spec.split("+")
+    params = {}
+    for kv in kvs:
+        k, sep, v = kv.partition("=")
+        if not sep or not k:
+            raise ValueError(f"strategy {spec!r}: expected name+key=value, got {kv!r}")
+        try:
+            params[k] = json.loads(v)          # numbers and true/false as the CLI's --param reads them
+        except ValueError:
+            params[k] = v
+    return name, params
+
+
 def usable_strategies(engine, names: list[str]) -> tuple[list[str], dict[str, str]]:
     """The names that can run on this engine, in order, and {name: why not} for the others (not registered,
-    or not available for this model: e.g. `focus` before its parameters are trained)."""
+    or not available for this model: e.g. `focus` before its parameters are trained; a parameter it does not
+    have)."""
     run, skipped = [], {}
     for n in dict.fromkeys(names):
-        if n == BASELINE:
+        if n in REFERENCES:
             run.append(n)
             continue
         try:
-            ok, why = get(n).available(engine)
+            base, params = parse_spec(n)
+            if params:
+                get(base).resolve_params(Request(prompt="", params=params))
+            ok, why = get(base).available(engine)
+        except ValueError as e:   # a bad name+key=value, or a parameter the strategy refuses (RequestError)
+            ok, why = False, str(e)
         except Exception as e:  # noqa: BLE001 - unknown name, or a strategy file that does not import yet
             ok, why = False, f"not a registered strategy here ({type(e).__name__}: {e})"
         if ok:
@@ -105,149 +132,163 @@ def usable_strategies(engine, names: list[str]) -> tuple[list[str], dict[str, st
     return run, skipped
 
 
-def run_strategy(engine, name: str, req: Request) -> Lane:
-    """One strategy on one prompt, timed step by step like every lane (`paradec.race.run_alone`); the
-    baseline's lane holds `kept` (prompt tokens it kept) in its info."""
+def run_strategy(engine, name: str, req: Request, window: int | None = None) -> Lane:
+    """One strategy on one prompt, timed step by step like every lane (`paradec.race.run_alone`). `req` is the
+    item's request without a window; every method but `ar-full` runs in `window` (max_context), `ar-full` in the
+    model's own context. The truncated baseline's lane holds `kept` (prompt tokens it kept) in its info."""
+    from dataclasses import replace
+    if name == FULL:
+        lane = run_alone(engine, "ar", replace(req, max_context=0))
+        lane.name = FULL
+        return lane
+    req = replace(req, max_context=window or req.max_context)
     if name == BASELINE:
         facts: dict = {}
         lane = run_alone(engine, name, req, stream=(False, truncated_steps(engine, req, facts)))
         lane.info.update(kept=facts.get("kept"))
         return lane
-    return run_alone(engine, name, req)
+    base, params = parse_spec(name)
+    lane = run_alone(engine, base, req, params=params)
+    lane.name = name
+    return lane
 
 
-@torch.inference_mode()
-def key_logprobs(engine, req: Request, keys: list[str], which=LOGPROB_STRATEGIES) -> dict[str, list[float]]:
-    """Teacher-forced log-probability (nats, summed over its tokens) of " <key>" right after the prompt, under
-    left-truncated ar and under pcw (those of `which`), for each key. A continuous view of retrieval when
-    greedy output misses."""
-    out = {}
-    key_ids = [engine.tokenizer(" " + k, add_special_tokens=False)["input_ids"] for k in keys]
+# ------------------------------------------------------------------------------------- memory
+class PeakRSS:
+    """The process's peak resident memory above its level at entry, sampled every `every` seconds in a thread
+    (torch's kernels release the GIL, so the sampler runs during a forward pass)."""
 
-    def score(cache, past, lead, pos0, ks):
-        seq = lead + ks
-        mask = engine.tree_mask(past, torch.ones(len(seq), len(seq), dtype=torch.bool).tril())
-        logits = engine.forward(seq, cache, list(range(pos0, pos0 + len(seq))), mask)[0]
-        lp = torch.log_softmax(logits[len(lead) - 1:-1], -1)
-        engine.crop(cache, past)
-        return float(lp.gather(-1, torch.tensor(ks).view(-1, 1)).sum())
+    def __init__(self, every: float = 0.005):
+        self.every, self.peak, self._stop = every, 0, threading.Event()
 
-    if BASELINE in which:
-        ids = engine.encode(req)
-        kept = ids[-(engine.context_length - req.max_new_tokens):]
-        cache = engine.new_cache()
-        engine.forward(kept[:-1], cache, logits_to_keep=1)
-        out[BASELINE] = [score(cache, len(kept) - 1, kept[-1:], len(kept) - 1, ks) for ks in key_ids]
-    if "pcw" in which:
-        lay = get("pcw").layout(engine, req)
-        cache = encode_chunks(engine, lay["chunks"], lay["shared"])
-        pos0 = max(len(c) for c in lay["chunks"])
-        out["pcw"] = [score(cache, engine.cache_len(cache), lay["question"], pos0, ks) for ks in key_ids]
-    ad = F.adapter_for(engine) if "focus" in which else None
-    if ad is not None:       # focus with its trained parameters (skipped for a model that has none)
-        lay = get("focus").layout(engine, req, ad.dynamic)
-        n = len(lay["chunks"])
-        if n:
-            _, cc, cm, cn = engine.prefill_batch(lay["chunks"])
-            dyn = torch.tensor(lay["question"][-ad.dynamic:]).expand(n, -1)
-            cache = F.local_cache(engine, F.candidate_pass(engine, ad, cc, cm, cn, dyn))
-        else:                  # the prompt fits: focus reads it whole, as ar does
-            cache = engine.new_cache()
-        out["focus"] = [score(cache, n, lay["question"], n, ks) for ks in key_ids]
+    @staticmethod
+    def rss() -> int:
+        try:
+            return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError):
+            return 0
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.rss())
+            self._stop.wait(self.every)
+
+    def __enter__(self):
+        self.base = self.peak = self.rss()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+        self.peak = max(self.peak, self.rss())
+
+    @property
+    def added_mb(self) -> float:
+        return max(0, self.peak - self.base) / 2**20
+
+
+def kv_bytes_per_token(engine) -> int:
+    cfg = engine.model.config.get_text_config(decoder=True)
+    heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return 2 * cfg.num_hidden_layers * heads * hd * torch.tensor([], dtype=engine.dtype).element_size()
+
+
+def cached_positions(name: str, lane: Lane, input_tokens: int) -> int:
+    """KV positions the answer held at its end: the whole input for ar-full, the kept tail for ar-truncated, the
+    chunks laid end to end (shared prefix once) + the question for the chunked methods; + the answer."""
+    n = len(lane.token_ids)
+    info = lane.info
+    if name == BASELINE and info.get("kept") is not None:
+        return info["kept"] + n
+    if info.get("chunk_lengths") is not None:
+        lens = info["chunk_lengths"]
+        return sum(lens) - info.get("shared_prefix", 0) * max(0, len(lens) - 1) + info.get("question_tokens", 0) + n
+    return input_tokens + n
+
+
+# ------------------------------------------------------------------------------------- scoring
+def score(item: dict, text: str) -> bool:
+    text = text or ""
+    task, ref = item["task"], str(item["reference"])
+    if task == "section_number":
+        return bool(re.search(rf"(?<!\d){re.escape(ref)}(?!\d)", text))
+    if task == "name_lookup":
+        return bool(re.search(rf"(?<!\w){re.escape(ref.rsplit('.', 1)[-1])}(?!\w)", text))
+    return ref in text
+
+
+def category_of(item: dict) -> str:
+    if item["task"] == "passkey" and item.get("control"):
+        return "passkey-control"
+    return item["task"].replace("_", "-")
+
+
+def load_items(tasks=TASKS, lengths=None, limit: int | None = None, path: Path = SUITE) -> list[dict]:
+    """The suite's items of `tasks` (and `lengths`, approx_tokens), the first `limit` of each task."""
+    items = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    out = []
+    for t in tasks:
+        its = [it for it in items if it.get("task") == t and (not lengths or it["approx_tokens"] in lengths)]
+        out += its[:limit]
     return out
 
 
-def key_in_tail(engine, prompt_ids: list[int], kept: int, key: str) -> bool:
-    return key in engine.decode(prompt_ids[-kept:])
-
-
-def short_control(item: dict, chars: int = 1100) -> dict:
-    """A control item that fits the context (~400 tokens): the same intro, key line and question, with only
-    about `chars` characters of filler around the key, which keeps its depth. It tells whether the model
-    retrieves a key at all when it sees the whole text."""
-    p = item["prompt"]
-    head = p.index("\n\n") + 2
-    tail = p.rindex("\n\n")
-    body = p[head:tail]
-    line = body.index("The pass key is")
-    start = max(0, line - int(chars * item["depth_percent"] / 100))
-    start = body.rfind(". ", 0, start) + 2 if start > 0 else 0
-    end = body.find(". ", min(len(body), start + chars))
-    end = len(body) if end < 0 else end + 1
-    return {**item, "id": item["id"] + "-short", "prompt": p[:head] + body[start:end] + p[tail:],
-            "approx_tokens": 400, "control": True}
-
-
-def load_items(limit: int | None) -> list[dict]:
-    """The suite's passkey items (the first `limit`), preceded by the short controls of the shortest ones."""
-    items = [json.loads(line) for line in SUITE.read_text().splitlines() if line.strip()]
-    items = [it for it in items if it.get("task") == "passkey"][:limit]
-    shortest = min(it["approx_tokens"] for it in items)
-    return [short_control(it) for it in items if it["approx_tokens"] == shortest] + items
-
-
+# ------------------------------------------------------------------------------------- the run
 def start_run(store, engine, strategies: list[str], skipped: dict, args) -> int:
     desc = engine.describe()
     return store.create_run(
-        "longcontext", name=f"longcontext passkey ({', '.join(strategies)})", model=desc["model"],
+        "longcontext", name=f"longcontext window {args.window} ({', '.join(strategies)})", model=desc["model"],
         device=desc["device"], dtype=desc["dtype"], environment={**desc, "machine": machine()},
-        strategies=strategies, settings={"suite": "longcontext", "task": "passkey",
-                                         "max_new_tokens": args.max_new_tokens, "limit": args.limit,
-                                         "skipped": skipped, "baseline": BASELINE})
+        strategies=strategies, settings={"suite": "longcontext", "window": args.window, "tasks": list(args.tasks),
+                                         "limit": args.limit, "skipped": skipped, "references": list(REFERENCES)})
 
 
-def store_row(store, run_id: int, row: dict, strategy: str, engine) -> None:
-    lane = row["runs"][strategy]
-    lp = row["lp"].get(strategy)
-    scores = {"correct": row["ok"][strategy]}
-    if lp:
-        scores.update(key_logprob=lp[0], other_key_logprob=lp[1], key_preferred=lp[0] > lp[1])
-    meta = {"approx_tokens": row["approx"], "depth_percent": row["depth"], "input_tokens": row["tokens"],
-            "context_length": engine.context_length, "key_in_ar_window": row["key_in_ar_window"],
-            "control": row["control"]}
-    if lane.info.get("chunks") is not None:
-        meta["chunks"] = lane.info["chunks"]
-    store.add_result(run_id, **result_row(
-        lane, row["request"], item_key=row["id"], category="passkey-control" if row["control"] else "passkey",
-        reference=row["key"], engine=engine, scores=scores, meta=meta,
-        params=None if strategy == BASELINE else effective_params(strategy, {})))
-
-
-def accuracy(engine, max_new: int, limit: int | None, strategies: list[str], store=None,
-             run_id: int | None = None) -> tuple[list[dict], float]:
-    """Every strategy on every item; each answer is stored at once when a store and run are given."""
-    items = load_items(limit)
-    with_lp = [s for s in strategies if s in LOGPROB_STRATEGIES]
-    rows, t0 = [], time.perf_counter()
+def evaluate(engine, items: list[dict], strategies: list[str], window: int, store=None,
+             run_id: int | None = None) -> list[dict]:
+    """Every strategy on every item; each answer is stored at once when a store and run are given. Returns one
+    row per (item, strategy)."""
+    per_token = kv_bytes_per_token(engine)
+    rows = []
     for it in items:
-        req = Request(prompt=it["prompt"], chat=it.get("chat", True), max_new_tokens=max_new)
-        ids = engine.encode(req)
-        kept = engine.context_length - max_new
-        runs = {s: run_strategy(engine, s, req) for s in strategies}
-        other = str(random.Random(it["id"]).randint(10000, 99999))
-        lp = key_logprobs(engine, req, [it["reference"], other], with_lp) if with_lp else {}
-        chunks = next((r.info["chunks"] for r in runs.values() if r.info.get("chunks") is not None), None)
-        row = {"id": it["id"], "prompt": it["prompt"], "request": req, "tokens": len(ids), "approx": it["approx_tokens"],
-               "depth": it["depth_percent"], "key": it["reference"], "control": bool(it.get("control")),
-               "key_in_ar_window": key_in_tail(engine, ids, kept, it["reference"]), "chunks": chunks,
-               "ok": {s: not r.error and it["reference"] in r.text for s, r in runs.items()},
-               "text": {s: r.text for s, r in runs.items()}, "error": {s: r.error for s, r in runs.items()},
-               "lp": lp, "runs": runs}
-        rows.append(row)
-        if store is not None and run_id is not None:
-            for s in strategies:
-                store_row(store, run_id, row, s, engine)
-        marks = "  ".join(f"{s} {'OK ' if row['ok'][s] else ('ERR' if row['error'][s] else '-- ')}"
-                          f"{row['text'][s]!r:24.24}" for s in strategies)
-        lps = "  ".join(f"log p(key) {s} {v[0]:6.1f} (other {v[1]:6.1f})" for s, v in lp.items())
-        print(f"  {row['id']}  {row['tokens']:5d} tok  depth {row['depth']:2d}%  chunks {chunks or '-'}  {marks}  "
-              f"{lps}", flush=True)
-    return rows, time.perf_counter() - t0
+        req = Request(prompt=it["prompt"], chat=it.get("chat", True), max_new_tokens=MAX_NEW[it["task"]])
+        n_in = len(engine.encode(req))
+        marks = []
+        for s in strategies:
+            with PeakRSS() as mem:
+                lane = run_strategy(engine, s, req, window)
+            f = lane.figures()
+            ok = not lane.error and score(it, lane.text)
+            kv = cached_positions(s, lane, n_in) * per_token / 2**20
+            row = {"id": it["id"], "task": it["task"], "category": category_of(it), "strategy": s,
+                   "approx": it["approx_tokens"], "tokens": n_in, "multiple": n_in / window,
+                   "depth": it.get("depth_percent"), "reference": it["reference"], "text": lane.text,
+                   "error": lane.error, "correct": ok, "ttft_s": f.ttft_s, "e2e_s": f.elapsed_s,
+                   "peak_mb": mem.added_mb, "kv_mb": kv, "chunks": lane.info.get("chunks")}
+            rows.append(row)
+            if store is not None and run_id is not None:
+                meta = {"approx_tokens": it["approx_tokens"], "depth_percent": it.get("depth_percent"),
+                        "input_tokens": n_in, "context_length": window, "window": window,
+                        "model_context": engine.context_length, "task": it["task"],
+                        "peak_rss_mb": round(mem.added_mb, 1), "kv_cache_mb": round(kv, 1)}
+                if lane.info.get("chunks") is not None:
+                    meta["chunks"] = lane.info["chunks"]
+                store.add_result(run_id, **result_row(
+                    lane, req, item_key=it["id"], category=row["category"], strategy=s, reference=it["reference"],
+                    engine=engine, scores={"correct": ok}, meta=meta,
+                    params=None if s in REFERENCES else effective_params(*parse_spec(s))))
+            marks.append(f"{s} {'OK ' if ok else ('ERR' if lane.error else '-- ')}{(lane.text or lane.error or '')[:18]!r:22.22}"
+                         f" {f.ttft_s or 0:5.1f}s")
+        print(f"  {it['id']} {it['task']:14s} {n_in:5d} tok  " + "  ".join(marks), flush=True)
+    return rows
 
 
 # ------------------------------------------------------------------------------------- prefill cost
 def long_engine(engine, max_pos: int = 16384) -> Engine:
-    """A randomly initialised Llama with the shapes of `engine`'s model but `max_pos` positions."""
+    """A randomly initialised model with the shapes of `engine`'s model but `max_pos` positions (for a model
+    whose own context is shorter than the lengths to time; the cost does not depend on the weights)."""
     from transformers import AutoModelForCausalLM
     cfg = engine.model.config.__class__.from_dict(engine.model.config.to_dict())
     cfg.max_position_embeddings = max_pos
@@ -267,8 +308,13 @@ def _time(fn, repeats: int, engine) -> float:
     return min(times)          # best of the repeats: the machine may be shared, the minimum is the cost
 
 
-def prefill_cost(engine, window: int, multiples: list[int], repeats: int) -> list[dict]:
-    big = long_engine(engine)
+def prefill_cost(engine, window: int, multiples: list[int], repeats: int, with_focus: bool = True) -> list[dict]:
+    """Prefill of L = window x m tokens: one full-attention pass against the batched chunks (`pcw`'s and
+    `ape`'s pass: L/window chunks of `window` tokens in ONE forward pass, laid end to end) and focus's (the same
+    chunk pass plus its candidate pass), and the attention kernel alone, on the model itself when L fits its
+    context (a random model of the same shapes otherwise); with the peak memory each added. `with_focus` False
+    leaves focus out (a model with no FocusLLM parameters: its column would time a method that cannot run)."""
+    big = engine if window * max(multiples) <= engine.context_length else long_engine(engine, window * max(multiples))
     zero = F.FocusAdapter.for_model(big.model, 16)
     g = torch.Generator().manual_seed(1)
     rows = []
@@ -280,18 +326,17 @@ def prefill_cost(engine, window: int, multiples: list[int], repeats: int) -> lis
         ids = torch.randint(10, big.vocab_size, (L,), generator=g).tolist()
         chunks = plan_chunks(ids, window, [])
         reps = repeats if m <= 8 else 1
-        full = _time(lambda: big.forward(ids, big.new_cache(), logits_to_keep=1), reps, big)
-        pcw = _time(lambda: encode_chunks(big, chunks), reps, big)
-        # focus: the same batched chunk pass (caches kept per row) + the batched candidate pass of a
-        # 16-token dynamic prompt; the weights of the deltas do not change the cost
+        with PeakRSS() as mem_full:
+            full = _time(lambda: big.forward(ids, big.new_cache(), logits_to_keep=1), reps, big)
+        with PeakRSS() as mem_pcw:
+            pcw = _time(lambda: encode_chunks(big, chunks), reps, big)
         dyn = torch.tensor(ids[-16:]).expand(len(chunks), -1)
 
         def focus_prefill():
             _, cc, cm, cn = big.prefill_batch(chunks)
             with torch.inference_mode():
                 F.candidate_pass(big, zero, cc, cm, cn, dyn)
-        focus = _time(focus_prefill, reps, big)
-        # the attention kernel alone (one layer, causal): L x L against n rows of (L/n) x (L/n)
+        focus = _time(focus_prefill, reps, big) if with_focus else None
         cfg = big.model.config
         heads = cfg.num_attention_heads
         hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
@@ -300,82 +345,17 @@ def prefill_cost(engine, window: int, multiples: list[int], repeats: int) -> lis
         sdpa = torch.nn.functional.scaled_dot_product_attention
         with torch.inference_mode():
             sdpa(qc, qc, qc, is_causal=True)                                   # warm-up
-            k_full = _time(lambda: sdpa(q, q, q, is_causal=True), 5, big)
-            k_pcw = _time(lambda: sdpa(qc, qc, qc, is_causal=True), 5, big)
+            k_full = _time(lambda: sdpa(q, q, q, is_causal=True), reps, big)
+            k_pcw = _time(lambda: sdpa(qc, qc, qc, is_causal=True), reps, big)
         rows.append({"multiple": m, "tokens": L, "chunks": len(chunks), "full_s": full, "pcw_s": pcw,
-                     "ratio": full / pcw, "focus_s": focus, "focus_ratio": full / focus, "kernel_full_s": k_full, "kernel_pcw_s": k_pcw,
-                     "kernel_ratio": k_full / k_pcw, "repeats": reps})
-        print(f"  {L:6d} tokens ({m:2d}x window, {len(chunks):2d} chunks): full attention {full * 1000:9.1f} ms  "
-              f"pcw batched {pcw * 1000:8.1f} ms  ratio {full / pcw:5.2f}  focus {focus * 1000:8.1f} ms  ratio "
-              f"{full / focus:5.2f}  |  attention kernel "
-              f"{k_full * 1000:8.1f} vs {k_pcw * 1000:7.1f} ms  ratio {k_full / k_pcw:5.2f}", flush=True)
+                     "ratio": full / pcw, "focus_s": focus, "focus_ratio": full / focus if focus else None,
+                     "kernel_full_s": k_full,
+                     "kernel_pcw_s": k_pcw, "kernel_ratio": k_full / k_pcw, "repeats": reps,
+                     "full_peak_mb": mem_full.added_mb, "pcw_peak_mb": mem_pcw.added_mb, "model": big.name})
+        print(f"  {L:6d} tokens ({m:2d}x window, {len(chunks):2d} chunks): full attention {full:8.2f} s  "
+              f"chunks {pcw:7.2f} s  ratio {full / pcw:5.2f}  focus {focus or float('nan'):7.2f} s  | kernel ratio "
+              f"{k_full / k_pcw:5.2f}  | peak +{mem_full.added_mb:.0f} / +{mem_pcw.added_mb:.0f} MB", flush=True)
     return rows
-
-
-# ------------------------------------------------------------------------------------- section look-up
-SECTION_MAX_NEW = {"section_number": 8, "section_quote": 64}
-
-
-def section_score(item: dict, text: str) -> dict:
-    """section_number: the section's number appears in the answer as a number of its own; section_quote:
-    ROUGE-L F1 of the answer against the section's text (correct when >= 0.5)."""
-    from paradec.quality import rouge_l
-    if item["task"] == "section_number":
-        return {"correct": bool(re.search(rf"(?<!\d){re.escape(item['reference'])}(?!\d)", text or ""))}
-    r = rouge_l(text or "", item["reference"]) or 0.0
-    return {"rouge_l": round(r, 4), "correct": r >= 0.5}
-
-
-def sections(engine, strategies: list[str], store=None, run_id: int | None = None,
-             limit: int | None = None) -> list[dict]:
-    """Every strategy on the suite's section look-up items (a question about one of many documentation
-    sections, the answer a section number or a quote); stored like the passkey answers."""
-    items = [json.loads(line) for line in SUITE.read_text().splitlines() if line.strip()]
-    items = [it for it in items if str(it.get("task", "")).startswith("section_")][:limit]
-    rows = []
-    for it in items:
-        req = Request(prompt=it["prompt"], chat=it.get("chat", True), max_new_tokens=SECTION_MAX_NEW[it["task"]])
-        ids = engine.encode(req)
-        runs = {s: run_strategy(engine, s, req) for s in strategies}
-        score = {s: section_score(it, r.text) if not r.error else {"correct": False} for s, r in runs.items()}
-        row = {"id": it["id"], "task": it["task"], "approx": it["approx_tokens"], "tokens": len(ids),
-               "n_sections": it["n_sections"], "runs": runs, "score": score}
-        rows.append(row)
-        if store is not None and run_id is not None:
-            for st in strategies:
-                store.add_result(run_id, **result_row(
-                    runs[st], req, item_key=it["id"], category=it["task"].replace("_", "-"),
-                    reference=it["reference"], engine=engine, scores=score[st],
-                    meta={"approx_tokens": it["approx_tokens"], "input_tokens": len(ids),
-                          "context_length": engine.context_length, "n_sections": it["n_sections"]},
-                    params=None if st == BASELINE else effective_params(st, {})))
-        print(f"  {it['id']}  {len(ids):5d} tok  {it['task']:15s}  " + "  ".join(
-            f"{s} {'OK ' if score[s]['correct'] else '-- '}{runs[s].text[:24]!r:28.28}" for s in strategies),
-            flush=True)
-    return rows
-
-
-def sections_table(rows: list[dict], strategies: list[str]) -> list[str]:
-    if not rows:
-        return []
-    out = ["### Section look-up", "",
-           "A reference document of numbered sections (one per standard-library function or class, its docstring's "
-           "first paragraph), then a question about one section: *number* items ask which section describes a name "
-           "(correct when the number appears in the answer), *quote* items ask for the section's text (mean ROUGE-L "
-           "F1 of the answer against it). max_new_tokens 8 / 64, greedy.", "",
-           "| length (suite) | sections | " + " | ".join(f"{s}: number | {s}: quote ROUGE-L" for s in strategies) + " |",
-           "|---|---|" + "---|---|" * len(strategies)]
-    for n in sorted({r["approx"] for r in rows}):
-        rs = [r for r in rows if r["approx"] == n]
-        num_rows = [r for r in rs if r["task"] == "section_number"]
-        quote_rows = [r for r in rs if r["task"] == "section_quote"]
-        cells = []
-        for s in strategies:
-            cells.append(f"{sum(r['score'][s]['correct'] for r in num_rows)}/{len(num_rows)}")
-            q = [r["score"][s].get("rouge_l", 0.0) for r in quote_rows]
-            cells.append(f"{statistics.mean(q):.3f}" if q else "–")
-        out.append(f"| ~{n} ({n // 512}x) | {rs[0]['n_sections']} | " + " | ".join(cells) + " |")
-    return out
 
 
 # ------------------------------------------------------------------------------------- report
@@ -393,242 +373,300 @@ def machine() -> str:
             f"torch {torch.__version__} ({torch.get_num_threads()} thread(s)), transformers {transformers.__version__}")
 
 
-def _mark(row, s) -> str:
-    return "✓" if row["ok"][s] else ("E" if row["error"][s] else "✗")
+def _length_label(rows: list[dict], approx: int, window: int) -> str:
+    ctl = all(r["category"] == "passkey-control" for r in rows if r["approx"] == approx)
+    return f"~{approx} (control, in window)" if ctl else f"~{approx} ({approx / window:g}x)"
 
 
-def accuracy_table(rows: list[dict], strategies: list[str]) -> list[str]:
-    """The passkey accuracy table: per suite length, one cell per depth with one mark per strategy, then each
-    strategy's total and how many keys survive ar's left truncation."""
-    lengths = sorted({r["approx"] for r in rows})
-    depths = sorted({r["depth"] for r in rows})
-    out = ["| length (suite) | tokens | chunks | " + " | ".join(f"depth {d}%" for d in depths) + " | "
-           + " | ".join(strategies) + " | key kept |",
-           "|---|---|---|" + "---|" * len(depths) + "---|" * len(strategies) + "---|"]
+def _count(rs: list[dict]) -> str:
+    return f"{sum(r['correct'] for r in rs)}/{len(rs)}" if rs else "–"
 
-    def chunks(rs):
-        c = [r["chunks"] for r in rs if r["chunks"] is not None]
-        return str(round(statistics.mean(c))) if c else "–"
-    for n in lengths:
-        rs = [r for r in rows if r["approx"] == n]
-        cell = {r["depth"]: " / ".join(_mark(r, s) for s in strategies) for r in rs}
-        out.append(f"| ~{n}{' (control)' if all(r['control'] for r in rs) else ''} | "
-                   f"{round(statistics.mean(r['tokens'] for r in rs))} | {chunks(rs)} | "
-                   + " | ".join(cell.get(d, "") for d in depths) + " | "
-                   + " | ".join(f"{sum(r['ok'][s] for r in rs)}/{len(rs)}" for s in strategies)
-                   + f" | {sum(r['key_in_ar_window'] for r in rs)}/{len(rs)} |")
-    long = [r for r in rows if not r["control"]]
-    if long:
-        out.append("| all but the control | | | " + " | ".join(
-            " / ".join(str(sum(r["ok"][s] for r in long if r["depth"] == d)) for s in strategies)
-            + f" of {sum(r['depth'] == d for r in long)}" for d in depths) + " | "
-            + " | ".join(f"{sum(r['ok'][s] for r in long)}/{len(long)}" for s in strategies)
-            + f" | {sum(r['key_in_ar_window'] for r in long)}/{len(long)} |")
+
+def passkey_table(rows: list[dict], strategies: list[str], window: int) -> list[str]:
+    """Per suite length: one cell per depth with one mark per strategy, then each strategy's count."""
+    pk = [r for r in rows if r["task"] == "passkey"]
+    if not pk:
+        return []
+    depths = sorted({r["depth"] for r in pk})
+    out = ["| length (tokens) | " + " | ".join(f"depth {d}%" for d in depths) + " | " + " | ".join(strategies) + " |",
+           "|---|" + "---|" * len(depths) + "---|" * len(strategies)]
+    for n in sorted({r["approx"] for r in pk}):
+        rs = [r for r in pk if r["approx"] == n]
+        cells = []
+        for d in depths:
+            by = {r["strategy"]: r for r in rs if r["depth"] == d}
+            cells.append(" / ".join("✓" if by[s]["correct"] else ("E" if by[s]["error"] else "✗")
+                                    for s in strategies if s in by))
+        out.append(f"| {_length_label(rows, n, window)} | " + " | ".join(cells) + " | "
+                   + " | ".join(_count([r for r in rs if r["strategy"] == s]) for s in strategies) + " |")
     return out
 
 
-def tables(engine, rows, acc_s, cost, args, strategies: list[str], skipped: dict[str, str] | None = None) -> str:
+def task_table(rows: list[dict], strategies: list[str], window: int) -> list[str]:
+    """Key-value retrieval and document QA: correct/n per task and length for each strategy."""
+    other = [r for r in rows if r["task"] != "passkey"]
+    if not other:
+        return []
+    out = ["| task | length (tokens) | " + " | ".join(strategies) + " |", "|---|---|" + "---|" * len(strategies)]
+    for t in [t for t in TASKS if t != "passkey"]:
+        for n in sorted({r["approx"] for r in other if r["task"] == t}):
+            rs = [r for r in other if r["task"] == t and r["approx"] == n]
+            out.append(f"| {t.replace('_', ' ')} | ~{n} ({n / window:g}x) | "
+                       + " | ".join(_count([r for r in rs if r["strategy"] == s]) for s in strategies) + " |")
+    return out
+
+
+def _median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def cost_table(rows: list[dict], strategies: list[str], window: int) -> list[str]:
+    """Median prefill (time to first token), end-to-end time, peak added memory and KV cache per strategy and
+    input length, over every item of that length, and each method's prefill against full attention's."""
     lengths = sorted({r["approx"] for r in rows})
-    names = ", ".join(f"`{s}`" for s in strategies)
-    out = [f"### Passkey accuracy ({names})", "",
-           f"Model `{engine.name}` (context {engine.context_length}), greedy, max_new_tokens {args.max_new_tokens}. "
-           f"Cell: one mark per strategy, in the order {' / '.join(strategies)}: ✓ the key's digits appear in the "
-           "output, ✗ they do not, E the strategy failed on the item. `ar-truncated` is `ar` on the prompt cut "
-           "from the left to the context. 'key kept' = items whose key survives that truncation. The ~400 row is a "
-           "control built from the shortest items with most filler removed: it fits the context, so "
-           "`ar-truncated` sees the whole text"
-           + (" and `pcw` has one chunk (where it computes exactly what ar computes)" if "pcw" in strategies else "")
-           + ". 'chunks' = the context chunks of the first strategy that reports them.", ""]
-    out += accuracy_table(rows, strategies)
+    out = ["| length (tokens) | items | " + " | ".join(f"{s}: prefill s / e2e s / peak MB / KV MB" for s in strategies)
+           + (f" | full ÷ {', '.join(s for s in strategies if s not in REFERENCES)} prefill" if FULL in strategies else "")
+           + " |", "|---|---|" + "---|" * len(strategies) + ("---|" if FULL in strategies else "")]
+    for n in lengths:
+        cells, med = [], {}
+        for s in strategies:
+            rs = [r for r in rows if r["approx"] == n and r["strategy"] == s and not r["error"]]
+            med[s] = _median([r["ttft_s"] for r in rs])
+            e2e, pk, kv = _median([r["e2e_s"] for r in rs]), _median([r["peak_mb"] for r in rs]), \
+                _median([r["kv_mb"] for r in rs])
+            cells.append("–" if med[s] is None else f"{med[s]:.2f} / {e2e:.2f} / {pk:.0f} / {kv:.0f}")
+        line = f"| {_length_label(rows, n, window)} | {len({r['id'] for r in rows if r['approx'] == n})} | " \
+               + " | ".join(cells)
+        if FULL in strategies:
+            line += " | " + ", ".join(f"{med[FULL] / med[s]:.2f}×" if med.get(FULL) and med.get(s) else "–"
+                                      for s in strategies if s not in REFERENCES)
+        out.append(line + " |")
+    return out
+
+
+def _fmt(x) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def timing_table(cost: list[dict], engine) -> list[str]:
+    if not cost:
+        return []
+    w = cost[0]["tokens"] // cost[0]["multiple"]
+    out = [f"Window {w}; model `{cost[0]['model']}`. Full attention = one causal prefill of all L tokens; chunks = "
+           "L/window chunks in ONE batched forward pass laid end to end (the prefill of `pcw` and `ape`); focus = the "
+           "same chunk pass plus its batched candidate pass (16-token dynamic prompt; – when the model has no FocusLLM "
+           "parameters). Best of "
+           f"{cost[0]['repeats']} repeat(s) up to 8x, 1 beyond. Kernel = `scaled_dot_product_attention` of one layer "
+           "alone (L×L causal against n rows of (L/n)×(L/n)).", "",
+           "| input tokens | x window | chunks | full attention (s) | chunks (s) | full ÷ chunks | focus (s) "
+           "| full ÷ focus | kernel ratio | peak added MB: full / chunks |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cost:
+        out.append(f"| {c['tokens']} | {c['multiple']}x | {c['chunks']} | {c['full_s']:.2f} | {c['pcw_s']:.2f} | "
+                   f"**{c['ratio']:.2f}** | {_fmt(c['focus_s'])} | {_fmt(c['focus_ratio'])} | {c['kernel_ratio']:.2f} | "
+                   f"{c['full_peak_mb']:.0f} / {c['pcw_peak_mb']:.0f} |")
+    return out
+
+
+def reading(rows: list[dict], strategies: list[str], window: int, cost: list[dict]) -> list[str]:
+    """Sentences computed from the figures: the goals of issue 20 and what each method costs in quality."""
+    out = []
+    chunked = [s for s in strategies if s not in REFERENCES]
+    pk = [r for r in rows if r["task"] == "passkey"]
+    for m in (8, 16):
+        rs = [r for r in pk if r["approx"] == window * m]
+        if rs:
+            parts = []
+            for s in strategies:
+                mine = [r for r in rs if r["strategy"] == s]
+                acc = sum(r["correct"] for r in mine) / len(mine) if mine else 0
+                goal = "" if s in REFERENCES else (" (goal ≥ 90%: met)" if acc >= 0.9 else " (goal ≥ 90%: missed)")
+                parts.append(f"`{s}` {_count(mine)}{goal}")
+            out.append(f"- Passkey at {m}x the window (~{window * m} tokens): " + ", ".join(parts) + ".")
+    ctl = [r for r in pk if r["category"] == "passkey-control"]
+    if ctl:
+        out.append("- In-window controls (the whole text fits the window): "
+                   + ", ".join(f"`{s}` {_count([r for r in ctl if r['strategy'] == s])}" for s in strategies) + ".")
+    other = [r for r in rows if r["task"] != "passkey"]
+    if other and FULL in strategies:
+        out.append("- Key-value retrieval and document QA over all lengths: " + ", ".join(
+            f"`{s}` {_count([r for r in other if r['strategy'] == s])}" for s in strategies) + ".")
+    longest = max((r["approx"] for r in rows), default=0)
+    full = _median([r["ttft_s"] for r in rows if r["approx"] == longest and r["strategy"] == FULL and not r["error"]])
+    if full:
+        for s in chunked:
+            mine = _median([r["ttft_s"] for r in rows if r["approx"] == longest and r["strategy"] == s
+                            and not r["error"]])
+            if mine:
+                out.append(f"- Prefill at ~{longest} tokens ({longest / window:g}x): `{s}` {mine:.1f} s against full "
+                           f"attention's {full:.1f} s, {full / mine:.2f}× (goal ≥ 3× at 16x: "
+                           f"{'met' if full / mine >= 3 else 'missed'}).")
+    for c in cost:
+        if c["multiple"] == max(x["multiple"] for x in cost):
+            out.append(f"- Prefill alone at {c['tokens']} tokens ({c['multiple']}x a {c['tokens'] // c['multiple']}-token "
+                       f"window): full attention {c['full_s']:.1f} s, batched chunks {c['pcw_s']:.1f} s, "
+                       f"{c['ratio']:.2f}× (the attention kernel alone {c['kernel_ratio']:.2f}×): the projections and "
+                       "MLP, linear in L and the same work for both, dominate a model this narrow until L is large.")
+    return out
+
+
+def tables(engine, rows: list[dict], strategies: list[str], window: int, cost: list[dict],
+           skipped: dict[str, str] | None = None, seconds: float = 0.0) -> str:
+    out = [f"### Passkey accuracy ({', '.join(f'`{s}`' for s in strategies)})", "",
+           f"Model `{engine.name}` (its own context {engine.context_length}), window {window} tokens for every method "
+           f"but `{FULL}`, greedy. Cell: one mark per strategy, in the order {' / '.join(strategies)}: ✓ the key's "
+           "digits appear in the answer, ✗ they do not, E the strategy failed on the item.", ""]
+    out += passkey_table(rows, strategies, window)
     for s, why in (skipped or {}).items():
         out.append(f"\n`{s}` was not run: {why}")
-    lp_names = [s for s in strategies if rows and s in rows[0]["lp"]]
-    if lp_names:
-        out += ["", "#### The key's log-probability", "",
-                "Teacher-forced log-probability (nats, summed over the key's tokens) of \" <key>\" right after the "
-                "prompt, and how often the true key scores higher than a random five-digit key that is nowhere in "
-                "the text. A model that reads the key from the context prefers the true key; one that does not is "
-                "at chance (about half).", "",
-                "| length (suite) | " + " | ".join(f"{s}: mean log p(key) | {s}: mean log p(random key) | "
-                                                  f"{s}: true key preferred" for s in lp_names) + " |",
-                "|---|" + "---|---|---|" * len(lp_names)]
-        for n in lengths:
-            rs = [r for r in rows if r["approx"] == n]
-            cells = []
-            for s in lp_names:
-                cells += [f"{statistics.mean(r['lp'][s][0] for r in rs):.2f}",
-                          f"{statistics.mean(r['lp'][s][1] for r in rs):.2f}",
-                          f"{sum(r['lp'][s][0] > r['lp'][s][1] for r in rs)}/{len(rs)}"]
-            out.append(f"| ~{n}{' (control)' if all(r['control'] for r in rs) else ''} | " + " | ".join(cells) + " |")
-    plural = "y" if len(strategies) == 1 else "ies"
-    out += ["", f"({len(rows)} items, {acc_s:.0f} s for {len(strategies)} strateg{plural}.) Sample outputs:", ""]
-    for r in rows[:: max(1, len(rows) // 4)]:
-        out.append(f"- {r['id']} (key {r['key']}): " + ", ".join(f"{s} {r['text'][s]!r}" for s in strategies))
+    tt = task_table(rows, strategies, window)
+    if tt:
+        out += ["", "### Key-value retrieval and document QA", "",
+                "Key-value: a JSON object of 8-hex-digit keys and values, the value of one key asked for (correct when "
+                "it appears). Section number: which numbered section of a standard-library reference describes a name "
+                "(the number appears as a number of its own). Name lookup: which name a section's quoted first "
+                "sentence describes (the name's last component appears as a word).", ""] + tt
+    out += ["", "### Cost per answer", "",
+            "Medians over the items of each length: prefill = time to the first token (for the chunked methods the "
+            "batched chunk pass plus the question pass), e2e = the whole answer, peak MB = the resident memory the "
+            "answer added at its peak (sampled every 5 ms), KV MB = the key/value cache it held at its end (cached "
+            "positions × the model's per-token size). The last column: full attention's prefill ÷ each chunked "
+            "method's.", ""] + cost_table(rows, strategies, window)
     if cost:
-        w = cost[0]["tokens"] // cost[0]["multiple"]
-        out += ["", "### Prefill time against input length", "",
-                f"Randomly initialised Llama with the shapes of `{engine.name}` and 16384 positions; window {w}. "
-                "Full attention = one causal prefill of all L tokens; pcw = L/window chunks in ONE batched forward "
-                "pass plus laying the caches end to end; focus = the same batched chunk pass plus its batched "
-                "candidate pass (a 16-token dynamic prompt per chunk). "
-                f"Best of {cost[0]['repeats']} repeat(s) up to 8x, 1 at 16x (the kernel alone: best of 5), since "
-                "the machine may be shared. "
-                "Attention-score work: L² for full attention, n·(L/n)² = L²/n for pcw, so its share of the cost "
-                "drops by the number of chunks n; the per-token linear layers cost the same in both.", "",
-                "| input tokens | x window | chunks | full attention prefill (ms) | pcw batched prefill (ms) "
-                "| full / pcw | focus prefill (ms) | full / focus | attention kernel, 1 layer: full (ms) | chunks (ms) "
-                "| full / chunks |",
-                "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for c in cost:
-            out.append(f"| {c['tokens']} | {c['multiple']}x | {c['chunks']} | {c['full_s'] * 1000:.1f} | "
-                       f"{c['pcw_s'] * 1000:.1f} | **{c['ratio']:.2f}** | {c['focus_s'] * 1000:.1f} | "
-                       f"**{c['focus_ratio']:.2f}** | {c['kernel_full_s'] * 1000:.1f} | "
-                       f"{c['kernel_pcw_s'] * 1000:.1f} | {c['kernel_ratio']:.2f} |")
-        out += ["", "The attention-kernel columns time `scaled_dot_product_attention` alone (causal, the model's "
-                "heads and head size): L×L for full attention against n rows of (L/n)×(L/n); their ratio grows with "
-                "the number of chunks n (ideally equal to n; block sizes and per-call overheads keep it below). The "
-                "whole-prefill ratio is smaller because the projections and MLP, "
-                "linear in L, are the same work in both and dominate a model this narrow until L is large."]
+        out += ["", "### Prefill time against input length", ""] + timing_table(cost, engine)
+    out += ["", "### Reading", ""] + reading(rows, strategies, window, cost)
+    n_items = len({r["id"] for r in rows})
+    out += ["", f"({n_items} items × {len(strategies)} strategies in {seconds / 60:.0f} min.) Sample answers:", ""]
+    ids = sorted({r["id"] for r in rows})
+    for i in ids[:: max(1, len(ids) // 5)]:
+        rs = [r for r in rows if r["id"] == i]
+        out.append(f"- {i} ({rs[0]['task']}, {rs[0]['tokens']} tokens, reference {rs[0]['reference']!r}): "
+                   + ", ".join(f"{r['strategy']} {r['text']!r}" for r in rs))
     return "\n".join(out)
 
 
-def reading(rows, cost, strategies: list[str]) -> str:
-    """A few sentences that state what the figures above show, computed from them."""
-    ctl = [r for r in rows if r["control"]]
-    long = [r for r in rows if not r["control"]]
-    out = ["### Reading", ""]
-    if ctl and BASELINE in strategies:
-        ok = sum(r["ok"][BASELINE] for r in ctl)
-        line = f"- Control (the whole text fits): `{BASELINE}` finds {ok}/{len(ctl)} keys"
-        if BASELINE in ctl[0]["lp"]:
-            pref = sum(r["lp"][BASELINE][0] > r["lp"][BASELINE][1] for r in ctl)
-            line += f" and prefers the true key over a random one in {pref}/{len(ctl)} items"
-            if "pcw" in ctl[0]["lp"]:
-                same = all(abs(r["lp"][BASELINE][0] - r["lp"]["pcw"][0]) < 1e-3 for r in ctl)
-                line += (". pcw with its single chunk gives the same key log-probabilities as ar (to 1e-3), as it "
-                         "should." if same else ". pcw with one chunk differs from ar here, which it should not.")
-            out.append(line + ("" if line.endswith(".") else "."))
-            if ok == 0 and pref <= len(ctl) * 0.75:
-                out.append("- So this model does not retrieve a pass key even from a text it sees whole; the zeros "
-                           "on longer inputs measure the model, not the long-context strategies.")
-        else:
-            out.append(line + ".")
-    if long:
-        out.append("- Beyond the context: " + ", ".join(f"{s} {sum(r['ok'][s] for r in long)}/{len(long)}"
-                                                        for s in strategies)
-                   + f". The key survived ar's left truncation in {sum(r['key_in_ar_window'] for r in long)}/"
-                   f"{len(long)}.")
-        lp_names = [s for s in strategies if s in long[0]["lp"]]
-        if lp_names:
-            out.append("- True key preferred over a random key (chance is about half): " + ", ".join(
-                f"{s} {sum(r['lp'][s][0] > r['lp'][s][1] for r in long)}/{len(long)}" for s in lp_names) + ".")
-    at8 = [c for c in cost if c["multiple"] == 8]
-    if at8:
-        c = at8[0]
-        out.append(f"- Prefill at 8x the window ({c['tokens']} tokens, {c['chunks']} chunks): full attention "
-                   f"{c['full_s']:.2f} s, pcw {c['pcw_s']:.2f} s, ratio {c['ratio']:.2f}; focus {c['focus_s']:.2f} s, "
-                   f"ratio {c['focus_ratio']:.2f}; the attention kernel "
-                   f"alone {c['kernel_ratio']:.2f}x (ideal {c['chunks']}x).")
-    if cost:
-        c = cost[-1]
-        out.append(f"- At {c['multiple']}x ({c['tokens']} tokens) the whole-prefill ratio is {c['ratio']:.2f} and "
-                   f"the kernel ratio {c['kernel_ratio']:.2f}: the gap widens with L as O(L²) attention takes a "
-                   "larger share of full attention's cost, while pcw's cost stays linear in L for a fixed window.")
-    return "\n".join(out)
+def timing_page(engine, args, when: str) -> int:
+    """`--timing-only`: the prefill timing table and its reading, on a page of its own."""
+    cost = prefill_cost(engine, args.timing_window or args.window, [int(m) for m in args.multiples.split(",")],
+                        args.repeats, with_focus=not usable_strategies(engine, ["focus"])[1])
+    body = "\n".join(["### Prefill time against input length", ""] + timing_table(cost, engine)
+                      + ["", "### Reading", ""] + reading([], [], args.timing_window or args.window, cost))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join([
+        "# Long context: prefill time against full attention", "",
+        "Produced by `python evals/longcontext_eval.py --timing-only` (rerun it to refresh this page).", "",
+        f"- Date: {when}", f"- Machine: {machine()}, device {engine.device}, dtype "
+        f"{str(engine.dtype).replace('torch.', '')}", f"- Model: `{engine.name}`", "", body, ""]))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"cost": cost, "model": engine.name, "date": when}, indent=1))
+    print("\n" + body + f"\n\nwritten to {args.out}")
+    return 0
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="model folder or paradec-tiny (default: Qwen2.5-Coder-0.5B-Instruct)")
+    ap.add_argument("--window", type=int, default=DEFAULT_WINDOW,
+                    help="the context window every method but ar-full runs in (max_context)")
     ap.add_argument("--strategies", default=DEFAULT_STRATEGIES,
-                    help=f"comma-separated: {BASELINE} (the truncated baseline) and registered strategies; one "
-                         "that is not registered or not available for the model is skipped with the reason")
-    ap.add_argument("--max-new-tokens", type=int, default=8)
-    ap.add_argument("--limit", type=int, default=None, help="only the first N passkey items")
-    ap.add_argument("--multiples", default="2,4,8,16", help="input lengths for the prefill timing, x window")
-    ap.add_argument("--window", type=int, default=0, help="timing window (default: the model's context)")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--no-timing", action="store_true")
-    ap.add_argument("--no-sections", action="store_true", help="skip the section look-up items")
+                    help=f"comma-separated: {FULL}, {BASELINE} and registered strategies, each optionally with "
+                         "parameters as name+key=value+key=value; one that is not registered or not available for "
+                         "the model is skipped with the reason")
+    ap.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated among {', '.join(TASKS)}")
+    ap.add_argument("--lengths", default="", help="only items of these suite lengths (approx tokens, comma list)")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N items of each task")
+    ap.add_argument("--timing", action="store_true", help="also time the prefill alone against input length")
+    ap.add_argument("--timing-only", action="store_true", help="only the prefill timing (no answers); its page goes "
+                                                               "to --out (default docs/longcontext-prefill.md)")
+    ap.add_argument("--timing-window", type=int, default=0, help="window for --timing (default: --window)")
+    ap.add_argument("--multiples", default="2,4,8,16", help="input lengths for --timing, x its window")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "longcontext.md"))
     ap.add_argument("--json", default=None, help="also write the raw rows here")
-    ap.add_argument("--db", default=None, help="results store for the answers (SQLAlchemy URL or SQLite file; default "
-                                               "$PARADEC_DB or data/paradec.db, the app's)")
+    ap.add_argument("--db", default=None, help="results store (SQLAlchemy URL or SQLite file; default $PARADEC_DB or "
+                                               "data/paradec.db, the app's)")
     ap.add_argument("--no-store", action="store_true", help="do not store the answers as a run")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    model = args.model       # None: the default model (provisioned on first use)
-    engine = Engine.load(model)
+    if args.timing_only:
+        args.timing, args.no_store = True, True
+        if args.out == str(ROOT / "docs" / "longcontext.md"):
+            args.out = str(ROOT / "docs" / "longcontext-prefill.md")
+    args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    bad = [t for t in args.tasks if t not in TASKS]
+    if bad:
+        ap.error(f"unknown task(s) {', '.join(bad)}; tasks: {', '.join(TASKS)}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    engine = Engine.load(args.model)
+    if not 64 < args.window <= engine.context_length:
+        ap.error(f"--window must be between 65 and the model's context ({engine.context_length}), got {args.window}")
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"model {engine.name} on {engine.device}; {machine()}", flush=True)
+    print(f"model {engine.name} on {engine.device} ({engine.dtype}); window {args.window}; {machine()}", flush=True)
     strategies, skipped = usable_strategies(engine, [x.strip() for x in args.strategies.split(",") if x.strip()])
     for name, why in skipped.items():
         print(f"skipping {name}: {why}", flush=True)
     if not strategies:
         print("error: none of the strategies can run", file=sys.stderr)
         return 2
+    if args.timing_only:
+        return timing_page(engine, args, when)
+    lengths = {int(x) for x in args.lengths.split(",") if x.strip()}
+    items = load_items(args.tasks, lengths, args.limit)
     store = run_id = None
     if not args.no_store:
         from paradec.store import Store
         store = Store(args.db)
         run_id = start_run(store, engine, strategies, skipped, args)
         print(f"storing the answers as run {run_id} in {store.url}", flush=True)
-    print(f"passkey accuracy ({', '.join(strategies)}):", flush=True)
+    t0 = time.perf_counter()
     try:
-        rows, acc_s = accuracy(engine, args.max_new_tokens, args.limit, strategies, store, run_id)
-        sec_rows = []
-        if not args.no_sections:
-            print(f"section look-up ({', '.join(strategies)}):", flush=True)
-            sec_rows = sections(engine, strategies, store, run_id, args.limit)
+        rows = evaluate(engine, items, strategies, args.window, store, run_id)
     except BaseException as e:
         if store is not None:
             store.finish_run(run_id, "interrupted" if isinstance(e, KeyboardInterrupt) else "failed",
                              error=f"{type(e).__name__}: {e}")
         raise
+    seconds = time.perf_counter() - t0
     if store is not None:
         store.finish_run(run_id, "finished")
     cost = []
-    if not args.no_timing:
+    if args.timing:
         print("prefill cost:", flush=True)
-        cost = prefill_cost(engine, args.window or engine.context_length,
-                            [int(m) for m in args.multiples.split(",")], args.repeats)
-    body = tables(engine, rows, acc_s, cost, args, strategies, skipped) + "\n\n" + reading(rows, cost, strategies)
-    if sec_rows:
-        body += "\n\n" + "\n".join(sections_table(sec_rows, strategies))
+        cost = prefill_cost(engine, args.timing_window or args.window, [int(m) for m in args.multiples.split(",")],
+                            args.repeats, with_focus="focus" in strategies)
+    body = tables(engine, rows, strategies, args.window, cost, skipped, seconds)
     about = {
-        "pcw": "`pcw` splits the prompt into a context and a final question, encodes the context as chunks of at "
-               "most `window` tokens in one batched forward pass with positions restarting at 0 in each chunk, "
-               "lays the chunk caches end to end, and lets the question and answer (positions from the longest "
-               "chunk's length on) attend to all of them. It is training-free and lets a 512-position model read "
-               "an 8k-token prompt.",
-        "focus": "`focus` (FocusLLM) encodes the memory as chunks the same way, turns each chunk into one trained "
-                 "candidate token, and decodes the question and answer against those candidates; it needs trained "
-                 "parameters (`python -m paradec train focus`).",
+        FULL: f"`{FULL}` is `ar` with full attention over the whole input (the model's own context): the ceiling.",
+        BASELINE: f"`{BASELINE}` is `ar` on the input cut from the left to the window (its last window - "
+                  "max_new_tokens tokens): what a model with that window does unaided.",
+        "pcw": "`pcw` encodes the context as chunks of at most the window in one batched forward pass, positions "
+               "restarting at 0 in each, lays the chunk caches end to end, and lets the question and answer attend "
+               "to all of them.",
+        "ape": "`ape` is `pcw` with APE's changes: the prompt's opening shared at the start of every chunk, and in "
+               "the passes after the chunks the context's attention sharpened by a temperature (0.9) with its total "
+               "weight scaled (0.9).",
+        "focus": "`focus` (FocusLLM) turns each chunk into one trained candidate token and decodes against those; it "
+                 "needs parameters trained for the model (`python -m paradec train focus`).",
     }
     doc = "\n".join([
-        "# Long context: passkey accuracy, section look-up and prefill cost", "",
+        "# Long context: accuracy, cost and memory against full attention", "",
         "Produced by `python evals/longcontext_eval.py` (rerun it to refresh this page).", "",
         f"- Date: {when}", f"- Machine: {machine()}, device {engine.device}, dtype "
-        f"{str(engine.dtype).replace('torch.', '')}", f"- Model: `{model}`",
+        f"{str(engine.dtype).replace('torch.', '')}", f"- Model: `{engine.name}`; window {args.window} tokens",
         f"- Strategies: {', '.join(f'`{s}`' for s in strategies)}"
         + (f" (skipped: {', '.join(f'`{s}`' for s in skipped)})" if skipped else ""),
         *([f"- Answers stored as run {run_id} (kind `longcontext`) in the results store; the Dashboard charts "
            "them"] if run_id is not None else []), "",
-        " ".join(about[s] for s in strategies if s in about)
-        + f" The baseline `{BASELINE}` sees only the last context - max_new_tokens tokens.", "",
-        body, "",
-        "The default model was never trained on passkey retrieval (it is a small model trained on the Python "
-        "standard library and its documentation); the accuracy above is what it is, not a tuned result.", ""])
+        " ".join(about[s] for s in strategies if s in about), "",
+        body, ""])
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(doc)
     if args.json:
-        raw = [{k: v for k, v in r.items() if k not in ("prompt", "request", "runs")} for r in rows]
-        sec = [{**{k: v for k, v in r.items() if k != "runs"}, "text": {s: r["runs"][s].text for s in strategies}}
-               for r in sec_rows]
-        Path(args.json).write_text(json.dumps({"accuracy": raw, "sections": sec, "cost": cost, "model": model, "date": when,
-                                               "strategies": strategies, "skipped": skipped, "run": run_id},
-                                              indent=1, default=str))
+        Path(args.json).write_text(json.dumps({"rows": rows, "cost": cost, "model": engine.name, "date": when,
+                                               "window": args.window, "strategies": strategies, "skipped": skipped,
+                                               "run": run_id}, indent=1, default=str))
     print()
     print(body)
     print(f"\nwritten to {args.out}")

@@ -190,61 +190,36 @@ held-out table says the same: at thresholds that keep wrong steps at or under 1%
 """
 
 
-def longcontext(path: Path = ROOT / "docs" / "longcontext.md") -> tuple[str, str]:
-    """(the passkey accuracy table from docs/longcontext.md, a summary computed from it and its prefill table).
-    The table's strategy columns are those between the depth columns and 'key kept', whatever they are."""
+def longcontext(path: Path = ROOT / "docs" / "longcontext.md") -> str:
+    """The results of docs/longcontext.md (written by evals/longcontext_eval.py): its header lines (date, machine,
+    model, window, stored run) and every table and reading from "### Passkey accuracy" on, the sample answers
+    left out (they stay on the page)."""
     text = Path(path).read_text()
-    tabs = md_tables(text)
-    acc = next(t for t in tabs if t["heading"].startswith("Passkey accuracy"))
-    head = acc["head"]
-    last_depth = max(i for i, h in enumerate(head) if h.startswith("depth"))
-    strategies = head[last_depth + 1:head.index("key kept")]
-    control = next((r for r in acc["rows"] if "(control)" in r[head[0]]), None)
-    total = next(r for r in acc["rows"] if r[head[0]].startswith("all"))
-    ctx = re.search(r"context (\d+)", text)
-    out = [f"Passkey accuracy beyond the {ctx.group(1) + '-token ' if ctx else ''}context: "
-           + ", ".join(f"`{s}` {total[s]}" for s in strategies) + "."]
-    if control:
-        out.append("On the in-window control: " + ", ".join(f"`{s}` {control[s]}" for s in strategies) + ".")
-        if all(num(control[s]) == 0 for s in strategies):
-            out.append("The tiny model fails even when the whole text fits, so these zeros measure the model, not "
-                       "the long-context strategies.")
-    cost = next((t for t in tabs if t["heading"].startswith("Prefill time")), None)
-    by = {r["x window"]: r for r in cost["rows"]} if cost else {}
-    if "8x" in by:
-        r8 = num(by["8x"]["full / pcw"].strip("*"))
-        parts = [f"{num(r['full / pcw'].strip('*')):.2f}× faster at {m.replace('x', '×')} the window"
-                 for m, r in by.items() if m in ("8x", "16x")]
-        out.append("Prefill, full attention against `pcw`'s batched chunks on a random Llama of the same shapes: "
-                   + ", ".join(parts) + f" (goal ≥ 3× at 8×, {'met' if r8 >= 3 else 'not met'}; the attention "
-                   f"step alone {by['8x']['full / chunks']}× at {by['8x']['chunks']} chunks, but in a model this "
-                   "narrow the rest of the layer dominates).")
-        if "full / focus" in by["8x"]:
-            out.append("`focus` (the same batched chunk pass plus its batched candidate pass): "
-                       + ", ".join(f"{num(r['full / focus'].strip('*')):.2f}× faster at {m.replace('x', '×')}"
-                                   for m, r in by.items() if m in ("8x", "16x")) + ".")
-    focus_cfg = ROOT / "data" / "models" / "paradec-tiny" / "focus" / "focus_config.json"
-    if focus_cfg.exists():
-        tr = json.loads(focus_cfg.read_text()).get("training", {})
-        ev, iw = tr.get("eval") or [], tr.get("in_window")
-        if ev and iw:
-            e0, e1 = ev[0], ev[-1]
-            gain = e0["rep_local_only_loss"] - iw["rep_in_window_loss"]
-            out.append(
-                f"The shipped FocusLLM parameters ({tr.get('steps_done')} steps, card in data/models/paradec-tiny/focus/): "
-                f"on held-out repetition queries the target loss is {e1['rep_focus_loss']} nats/token with the "
-                f"candidates against {e1['rep_local_only_loss']} with no memory and {iw['rep_in_window_loss']} when the "
-                f"base model sees the one relevant chunk whole (top-1 {e1['rep_focus_acc']}, {e1['rep_local_only_acc']}, "
-                f"{iw['rep_in_window_acc']}): the candidates carry "
-                f"{(e0['rep_local_only_loss'] - e1['rep_focus_loss']) / gain:.0%} of what the relevant chunk in full "
-                "attention gives. The base model's own copying is that weak, which is why pass keys stay out of reach "
-                "(goal ≥ 90% at 8×, not met).")
-    table = "\n".join(acc["lines"]) + "\n"
-    sec = next((t for t in tabs if t["heading"].startswith("Section look-up")), None)
-    if sec:
-        table += ("\nSection look-up (a question about one of many numbered documentation sections; number "
-                  "correct / n, and mean ROUGE-L of quotes):\n\n" + "\n".join(sec["lines"]) + "\n")
-    return table, textwrap.fill(" ".join(out), 116, break_on_hyphens=False)
+    head = [ln for ln in text.splitlines()
+            if ln.startswith(("- Date", "- Machine", "- Model", "- Strategies", "- Answers stored"))]
+    start = text.index("### Passkey accuracy")
+    end = text.find("\n(", start)
+    body = text[start:end if end > 0 else len(text)].rstrip()
+    out = "\n".join(head) + "\n\n" + body.replace("### ", "#### ") + "\n"
+    ablation = Path(path).with_name("longcontext-ablation.md")    # APE's parts one at a time
+    if ablation.exists():
+        atext = ablation.read_text()
+        a0 = atext.index("### Passkey accuracy")
+        a1 = atext.find("### Cost per answer", a0)
+        out += ("\n#### Which part of APE does the work ([docs/longcontext-ablation.md](docs/longcontext-ablation.md))"
+                "\n\nThe same items at 8x and 16x, `ape` with its shared prefix alone (temperature = scale = 1) and "
+                "`pcw` with APE's temperature and scaling but no shared prefix:\n\n"
+                + "\n\n".join(b for b in atext[a0:a1 if a1 > 0 else len(atext)].split("\n\n")
+                               if b.lstrip().startswith("|")) + "\n")
+    prefill = Path(path).with_name("longcontext-prefill.md")      # `--timing-only`: the prefill alone, at 32K
+    if prefill.exists():
+        ptext = prefill.read_text()
+        when = [ln for ln in ptext.splitlines() if ln.startswith(("- Date", "- Machine"))]
+        out += ("\n#### Prefill alone up to the model's own context ([docs/longcontext-prefill.md]"
+                "(docs/longcontext-prefill.md), `python evals/longcontext_eval.py --timing-only`)\n\n"
+                + "\n".join(when) + "\n\n"
+                + ptext[ptext.index("### Prefill time"):].split("\n", 1)[1].strip().replace("### ", "##### ") + "\n")
+    return out
 
 
 DEFAULT_SUITES = ["conversation", "translation", "summarization", "qa", "math", "rag", "code", "code-edit", "lists"]
@@ -583,7 +558,7 @@ def main() -> None:
     remote = rows("remote-sot.md")
     ptp = {n: rows(f"ptp-{n}.md") for n in ("code", "docstrings", "code-full")}
     lud_table, lud_summary = lud_sweep()
-    lc_table, lc_summary = longcontext()
+    lc_section = longcontext()
 
     md = f"""# Benchmarks
 
@@ -719,16 +694,16 @@ code tokens, so multi-token lexical units hardly exist, while a 4-position pass 
 
 The same runs in the Dashboard's parameter-sweep chart: ![LUD sweep in the Dashboard](docs/dashboard-sweep.png)
 
-## 7. Long context: parallel context windows and FocusLLM (issue 9)
+## 7. Long context on the default model: pcw, ape and FocusLLM against full attention (issue 20)
 
-`python evals/longcontext_eval.py` (page: [docs/longcontext.md](docs/longcontext.md)); its answers are stored as a
-run of kind `longcontext`, which the Dashboard charts as accuracy by input length and a length × depth heatmap per
-strategy. Cell: one mark per strategy, in the order of the strategy columns.
+`python evals/longcontext_eval.py --db data/bench.db` (page: [docs/longcontext.md](docs/longcontext.md)). The
+default model's context is 32K tokens, so it is its own full-attention reference: every method runs in a 512-token
+window (`--max-context` / `Request.max_context`) on inputs up to 16× it, beside `ar-full` (full attention over the
+whole input, the ceiling) and `ar-truncated` (the input cut to the window). Its answers are stored as a run of kind
+`longcontext` (in the shipped reference database too), which the Dashboard charts as passkey accuracy by length,
+a length × depth heatmap, accuracy by task and prefill time by length.
 
-{lc_table}
-{lc_summary}
-
-The Dashboard on these stored answers: ![long-context heatmap](docs/dashboard-longcontext.png)
+{lc_section}
 
 ## 8. Remote engine: SoT through `paradec serve` (issue 10)
 

@@ -313,8 +313,8 @@ def test_dashboard_returns_plots_and_csv(app):
     if not store.list_runs(kind="race"):
         c.predict(*race_args("dashboard data", ["ar", "pld"], 12), api_name="/race")
     (warning, info, speed, latency, quality, tau, summary, export, sweep, sweep_pick, lc_len,
-     lc_heat) = c.predict([], "all", [], [], "", api_name="/dashboard")     # the sweep picker has a default
-    for p in (sweep, lc_len, lc_heat):      # no sweep and no long-context run stored yet: a message, no traces
+     lc_heat, lc_task, lc_cost) = c.predict([], "all", [], [], "", api_name="/dashboard")   # the sweep picker has a default
+    for p in (sweep, lc_len, lc_heat, lc_task, lc_cost):      # no sweep and no long-context run stored yet: a message, no traces
         fig = json.loads(p["plot"])
         assert not fig["data"] and fig["layout"]["annotations"][0]["text"].startswith("no ")
     for p in (speed, latency, quality, tau):
@@ -349,12 +349,15 @@ def test_dashboard_charts_a_parameter_sweep_and_long_context_runs(app):
     lc = store.create_run("longcontext", name="lc", model="random-0", strategies=["ar-truncated", "pcw"])
     for s in ("ar-truncated", "pcw"):
         for n, depth in ((1024, 10), (1024, 90), (2048, 10)):
-            store.add_result(lc, item_key=f"{n}-{depth}", category="passkey", strategy=s,
+            store.add_result(lc, item_key=f"{n}-{depth}", category="passkey", strategy=s, ttft_s=n / 1000,
                              quality={"correct": s == "pcw" and depth == 10},
                              meta={"approx_tokens": n, "depth_percent": depth, "context_length": 512})
+        store.add_result(lc, item_key="kv-1024", category="kv", strategy=s, ttft_s=1.0, quality={"correct": True},
+                         meta={"approx_tokens": 1024, "depth_percent": 25, "context_length": 512})
     mine.append(lc)
     c = client(app)             # (earlier tests' runs may hold pld at its default max_ngram too: pick ours)
-    *_, sweep, pick, lc_len, lc_heat = c.predict(mine, "all", [], [], "", "auto", api_name="/dashboard")
+    *_, sweep, pick, lc_len, lc_heat, lc_task, lc_cost = c.predict(mine, "all", [], [], "", "auto",
+                                                                   api_name="/dashboard")
     fig = json.loads(sweep["plot"])
     assert "pld · max_ngram" in fig["layout"]["title"]["text"]
     code = [t for t in fig["data"] if t["name"] == "code"]
@@ -363,9 +366,15 @@ def test_dashboard_charts_a_parameter_sweep_and_long_context_runs(app):
     heat = json.loads(lc_heat["plot"])
     assert len(heat["data"]) == 2 and heat["data"][1]["text"][0] == ["1/1", "0/1"]
     lines = json.loads(lc_len["plot"])
-    assert [t["name"] for t in lines["data"]] == ["ar-truncated", "pcw"]
+    assert [t["name"] for t in lines["data"]] == ["ar-truncated", "pcw"]      # passkey only: the kv item is not in it
+    assert array(lines["data"][1]["y"]) == pytest.approx([0.5, 1.0])
+    tasks = json.loads(lc_task["plot"])
+    assert [t["name"] for t in tasks["data"]] == ["ar-truncated", "pcw"]
+    assert dict(zip(tasks["data"][1]["x"], tasks["data"][1]["text"])) == {"passkey": "2/3", "kv": "1/1"}
+    cost = json.loads(lc_cost["plot"])
+    assert array(cost["data"][0]["x"]) == [1024.0, 2048.0] and array(cost["data"][0]["y"]) == pytest.approx([1.024, 2.048])
     # only a race picked: no sweep there, and the chart says so
-    *_, sweep, _, lc_len, _ = c.predict(races[:1], "all", [], [], "", "pld:max_ngram", api_name="/dashboard")
+    *_, sweep, _, lc_len, _, _, _ = c.predict(races[:1], "all", [], [], "", "pld:max_ngram", api_name="/dashboard")
     assert "not in the selected runs" in json.loads(sweep["plot"])["layout"]["annotations"][0]["text"]
     assert not json.loads(lc_len["plot"])["data"]
     # the reload button offers the sweep too

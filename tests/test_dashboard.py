@@ -167,33 +167,61 @@ def test_longcontext_accuracy_grouping_and_charts(tmp_path):
 
 def test_longcontext_eval_stores_its_answers_and_skips_what_cannot_run(tmp_path, tiny_engine):
     """The eval's own pieces on the tiny engine: unknown / unavailable strategies are skipped with a reason; each
-    answer is stored with its length, depth and correctness; the tables are generic over the strategies, and
-    make_benchmarks_md reads them back."""
+    answer is stored with its task, length, window, correctness, cost and memory; the tables are generic over the
+    strategies, and make_benchmarks_md reads them back."""
     import argparse
 
     from evals import longcontext_eval as lc
     from evals import make_benchmarks_md as M
-    run, skipped = lc.usable_strategies(tiny_engine, ["ar-truncated", "pcw", "no-such-strategy"])
-    assert run == ["ar-truncated", "pcw"] and "not a registered strategy" in skipped["no-such-strategy"]
+    run, skipped = lc.usable_strategies(tiny_engine, ["ar-full", "ar-truncated", "pcw", "ape", "no-such-strategy"])
+    assert run == ["ar-full", "ar-truncated", "pcw", "ape"] and "unknown strategy" in skipped["no-such-strategy"]
     store = Store(f"sqlite:///{tmp_path / 'lc.db'}")
-    args = argparse.Namespace(max_new_tokens=4, limit=1)
+    args = argparse.Namespace(window=128, tasks=["passkey", "kv"], limit=1)
     rid = lc.start_run(store, tiny_engine, run, skipped, args)
-    rows, _ = lc.accuracy(tiny_engine, 4, 1, run, store, rid)
-    assert [r["control"] for r in rows] == [True, False]
+    items = lc.load_items(["passkey", "kv"], {384, 1024}, 1)
+    assert [(it["task"], it["approx_tokens"]) for it in items] == [("passkey", 384), ("kv", 1024)]
+    rows = lc.evaluate(tiny_engine, items, run, 128, store, rid)
+    assert len(rows) == 8 and all(r["ttft_s"] and r["e2e_s"] >= r["ttft_s"] for r in rows if not r["error"])
+    by = {(r["id"], r["strategy"]): r for r in rows}
+    # the tiny model's 512 positions cannot hold the 1K-token kv prompt whole: ar-full fails in its own lane,
+    # ar-truncated keeps the last 128 - 16 tokens, the chunked methods read it in windows of 128
+    kv = items[1]["id"]
+    assert by[(kv, "ar-full")]["error"] and not by[(kv, "pcw")]["error"] and by[(kv, "pcw")]["chunks"] >= 8
+    assert by[(kv, "ar-truncated")]["kv_mb"] < by[(kv, "pcw")]["kv_mb"]
     res = store.results_dataframe(rid)
-    assert len(res) == 4 and set(res["strategy"]) == {"ar-truncated", "pcw"}
-    assert (res["run_kind"] == "longcontext").all() and set(res["category"]) == {"passkey", "passkey-control"}
-    assert set(res["m_approx_tokens"]) == {400, 1024} and res["m_context_length"].eq(512).all()
-    assert res["q_correct"].isin([True, False]).all() and res["text"].map(lambda t: isinstance(t, str)).all()
-    assert res.loc[res.strategy == "pcw", "params"].map(lambda p: "window" in p).all()
-    assert len(charts.longcontext_accuracy(res)) == 4
+    assert len(res) == 8 and set(res["strategy"]) == set(run)
+    assert (res["run_kind"] == "longcontext").all() and set(res["category"]) == {"passkey-control", "kv"}
+    assert set(res["m_approx_tokens"]) == {384, 1024} and res["m_context_length"].eq(128).all()
+    assert res["q_correct"].isin([True, False]).all() and res["m_kv_cache_mb"].notna().all()
+    assert res.loc[res.strategy == "ape", "params"].map(lambda p: p["temperature"] == 0.9).all()
+    # the charts count answers, not failed lanes: ar-full's two refusals (555 and 860 tokens > 512) are left out
+    assert len(charts.longcontext_accuracy(res, ("category",), passkey_only=False)) == 6
     page = tmp_path / "lc.md"
-    body = lc.tables(tiny_engine, rows, 1.0, [], args, run, skipped)
+    body = lc.tables(tiny_engine, rows, run, 128, [], skipped, 1.0)
     page.write_text(body + "\n")
-    assert "| ar-truncated | pcw | key kept |" in body and "`no-such-strategy` was not run" in body
-    table, summary = M.longcontext(page)
-    assert table.startswith("| length (suite) |") and "`ar-truncated`" in summary and "`pcw`" in summary
+    assert "| ar-full | ar-truncated | pcw | ape |" in body and "`no-such-strategy` was not run" in body
+    assert "### Cost per answer" in body and "full ÷ pcw, ape prefill" in body
+    section = M.longcontext(page)
+    assert "### Passkey accuracy" in section and "### Reading" in section and "Sample answers" not in section
     store.close()
+
+
+def test_longcontext_scores_and_kv_positions():
+    from evals import longcontext_eval as lc
+    num = {"task": "section_number", "reference": "34"}
+    assert lc.score(num, "Section 34.") and lc.score(num, "34") and not lc.score(num, "Section 134 or 341")
+    name = {"task": "name_lookup", "reference": "logging.setLoggerClass"}
+    assert lc.score(name, "`logging.setLoggerClass`") and lc.score(name, "setLoggerClass")
+    assert not lc.score(name, "setLoggerClassic") and not lc.score(name, "logging.getLogger")
+    assert lc.score({"task": "kv", "reference": "0a1b2c3d"}, '"0a1b2c3d"') and not lc.score({"task": "passkey",
+                                                                                              "reference": "12345"}, "1234")
+    lane = type("L", (), {"token_ids": [1, 2], "info": {"chunk_lengths": [100, 100, 60], "shared_prefix": 20,
+                                                         "question_tokens": 30}})()
+    assert lc.cached_positions("ape", lane, 999) == 260 - 40 + 30 + 2
+    lane.info = {"kept": 112}
+    assert lc.cached_positions("ar-truncated", lane, 999) == 114
+    lane.info = {}
+    assert lc.cached_positions("ar-full", lane, 999) == 1001
 
 
 def test_benchmarks_md_reads_the_full_sweep_table():
@@ -360,3 +388,18 @@ def test_benchmarks_md_ratios_of_two_lanes_use_the_one_speedup():
     assert M.relative(r, "big", "big-ar") == pytest.approx(123.4 / 112.2)   # fine tokens/s cells
     assert M.relative(r, "x", "ar", "tokens/s") == pytest.approx(6.1 / 4.4)
     assert M.relative(r, "x", "none") is None
+
+
+def test_longcontext_strategy_specs_carry_parameters(tiny_engine):
+    from evals import longcontext_eval as lc
+    assert lc.parse_spec("ape+temperature=1+scale=0.5") == ("ape", {"temperature": 1, "scale": 0.5})
+    assert lc.parse_spec("pcw") == ("pcw", {})
+    run, skipped = lc.usable_strategies(tiny_engine, ["ape+temperature=1", "pcw+nope=3", "ape+scale=-1"])
+    assert run == ["ape+temperature=1"] and "unknown parameter" in skipped["pcw+nope=3"]
+    assert "scale must be between" in skipped["ape+scale=-1"]
+    from paradec.strategies import Request
+    req = Request(prompt="word " * 300 + "\n\nWhat is the pass key? The pass key is", chat=False, max_new_tokens=3,
+                  ignore_eos=True)
+    lane = lc.run_strategy(tiny_engine, "ape+temperature=1+scale=1", req, window=128)
+    assert lane.name == "ape+temperature=1+scale=1" and lane.params == {"temperature": 1, "scale": 1}
+    assert not lane.error and lane.info["chunks"] >= 2

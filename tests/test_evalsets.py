@@ -401,15 +401,24 @@ def test_make_suites_rewrites_identical_files():
 
 
 def test_longcontext_suite():
+    """Rebuilt for the default model: chat prompts sized by its tokenizer (make_suites counts them with the chat
+    template), passkey controls and 2x-16x a 512-token window at four depths, key-value retrieval, document QA."""
     lc = load_suite("longcontext")
+    meta = [i.meta for i in lc.items]
     keys = [i for i in lc.items if i.meta["task"] == "passkey"]
-    assert len(keys) == 24 and {i.meta["approx_tokens"] for i in keys} == {1024, 2048, 4096, 8192}
+    assert len(keys) == 20 and {i.meta["approx_tokens"] for i in keys} == {384, 1024, 2048, 4096, 8192}
+    assert sum(bool(i.meta["control"]) for i in keys) == 4
     for it in keys:
-        assert it.reference.isdigit() and len(it.reference) == 5 and it.reference in it.prompt
+        assert it.chat and it.reference.isdigit() and len(it.reference) == 5 and it.reference in it.prompt
         pos = it.prompt.index(it.reference) / len(it.prompt)
         assert abs(pos - it.meta["depth_percent"] / 100) < 0.08
-        assert len(it.prompt) / 3.0 == pytest.approx(it.meta["approx_tokens"], rel=0.1)
-    sect = [i for i in lc.items if i.meta["task"].startswith("section")]
-    for it in sect:
-        n = it.meta["section"]
-        assert f"Section {n}: `{it.prompt.rsplit('`', 2)[1]}`" in it.prompt
+        assert 0.97 * it.meta["approx_tokens"] <= it.meta["tokens"] <= it.meta["approx_tokens"]
+    for it in (i for i in lc.items if i.meta["task"] == "kv"):
+        assert f'"{it.meta["key"]}": "{it.reference}"' in it.prompt and it.prompt.count(f'"{it.meta["key"]}"') == 2
+    for it in (i for i in lc.items if i.meta["task"] == "section_number"):
+        n = int(it.reference)
+        name = it.prompt.rsplit("`", 2)[1]
+        assert f"Section {n}: `{name}`" in it.prompt
+    for it in (i for i in lc.items if i.meta["task"] == "name_lookup"):
+        assert f"Section {it.meta['section']}: `{it.reference}`" in it.prompt
+    assert {m["task"] for m in meta} == {"passkey", "kv", "section_number", "name_lookup"}

@@ -17,7 +17,8 @@ the `longcontext` suite: "...\\n\\nWhat is the pass key? The pass key is"); othe
 APE's training-free adjustments (Yang et al., ICLR 2025), as options (`ape` is this strategy with them on):
   * `prefix` N: the prompt's opening, up to and including its first blank line when that comes within N tokens
     (a chat template's head plus the instruction before the document), is put at the start of EVERY chunk
-    (positions 0.., encoded in each row, kept once), so no chunk starts cold; 0 shares only a BOS.
+    (positions 0.., encoded once, every chunk's own tokens encoded after it), so no chunk starts cold; 0 shares
+    only a BOS.
   * `temperature` T and `scale` S act in every pass after the chunks (the question's and each answer token's):
     its attention is split into three blocks, the prefix, the context and the rest (question and answer). With
     s the scaled scores q.k/sqrt(d), each block's log-mass is LSE(s) for the prefix and the rest but
@@ -104,10 +105,25 @@ def plan_chunks(context: list[int], window: int, shared: list[int]) -> list[list
 @torch.inference_mode()
 def encode_chunks(engine, chunks: list[list[int]], shared_len: int = 0):
     """Encode the chunks as one batch (one forward pass), positions 0..len-1 in each, and return one
-    single-sequence cache holding chunk 0 whole and every later chunk without its first `shared_len` tokens."""
-    _, bcache, mask, _ = engine.prefill_batch(chunks)
-    T = mask.shape[1]
-    return engine.concat_rows(bcache, [T - len(c) + (shared_len if i else 0) for i, c in enumerate(chunks)])
+    single-sequence cache holding chunk 0 whole and every later chunk without its first `shared_len` tokens.
+
+    The shared start (a BOS, or APE's shared prefix; the same tokens at the same positions in every chunk) is
+    encoded once, and the chunks' own tokens are encoded as one batch after it (each row attends to that one
+    prefix cache), so a long shared prefix costs one pass over it, not one per chunk."""
+    if not shared_len:
+        _, bcache, mask, _ = engine.prefill_batch(chunks)
+        T = mask.shape[1]
+        return engine.concat_rows(bcache, [T - len(c) for c in chunks])
+    prefix, bodies = chunks[0][:shared_len], [c[shared_len:] for c in chunks]
+    pcache = engine.new_cache()
+    engine.forward(prefix, pcache, logits_to_keep=1)
+    n, P = len(chunks), shared_len
+    _, bcache, mask, _ = engine.prefill_batch(bodies, engine.repeat_cache(pcache, n), torch.ones(n, P, dtype=torch.long, device=engine.device))
+    T = mask.shape[1] - P
+    return engine.cache_from_kv([
+        (torch.cat([k[:1, :, :P]] + [k[i:i + 1, :, P + T - len(b):] for i, b in enumerate(bodies)], dim=-2),
+         torch.cat([v[:1, :, :P]] + [v[i:i + 1, :, P + T - len(b):] for i, b in enumerate(bodies)], dim=-2))
+        for k, v in engine.cache_kv(bcache)])
 
 
 # ------------------------------------------------------------------------------------------ APE's query attention

@@ -592,26 +592,33 @@ def sweep_chart(df: pd.DataFrame, key: str | None = SWEEP_AUTO) -> go.Figure:
 
 
 # ------------------------------------------------------------------------------------- long context
-LONGCONTEXT_COLUMNS = ["run_id", "strategy", "item_key", "approx_tokens", "depth_percent", "input_tokens",
-                       "context_length", "correct"]
+LONGCONTEXT_COLUMNS = ["run_id", "strategy", "item_key", "category", "approx_tokens", "depth_percent",
+                       "input_tokens", "context_length", "correct", "ttft_s", "e2e_s"]
+PASSKEY = ("passkey", "passkey-control")
 
 
-def longcontext_frame(df: pd.DataFrame) -> pd.DataFrame:
+def longcontext_frame(df: pd.DataFrame, passkey_only: bool = False) -> pd.DataFrame:
     """The long-context results (`evals/longcontext_eval.py`: run kind 'longcontext', each result with
-    meta approx_tokens / depth_percent / input_tokens / context_length and quality `correct`), one row each."""
+    meta approx_tokens / depth_percent / input_tokens / context_length (the window) and quality `correct`), one
+    row each; `passkey_only` keeps the passkey items (the length x depth views)."""
     df = _ok(df)
     if len(df) == 0 or "m_approx_tokens" not in df or "m_depth_percent" not in df:
         return pd.DataFrame(columns=LONGCONTEXT_COLUMNS)
+    if passkey_only and "category" in df:
+        df = df[df["category"].isin(PASSKEY)]
     if "strategy_shown" in df:
         df = df[df["strategy_shown"]]
     if "run_kind" in df:
         df = df[df["run_kind"] == "longcontext"]
     out = pd.DataFrame({
         "run_id": df["run_id"], "strategy": df["strategy"], "item_key": df["item_key"],
+        "category": df["category"] if "category" in df else "passkey",
         "approx_tokens": _num(df["m_approx_tokens"]), "depth_percent": _num(df["m_depth_percent"]),
         "input_tokens": _num(df["m_input_tokens"]) if "m_input_tokens" in df else float("nan"),
         "context_length": _num(df["m_context_length"]) if "m_context_length" in df else float("nan"),
-        "correct": _quality_values(df, "correct")})
+        "correct": _quality_values(df, "correct"),
+        "ttft_s": _num(df["ttft_s"]) if "ttft_s" in df else float("nan"),
+        "e2e_s": _num(df["e2e_s"]) if "e2e_s" in df else float("nan")})
     return out.dropna(subset=["approx_tokens", "depth_percent", "correct"]).reset_index(drop=True)
 
 
@@ -623,10 +630,10 @@ def _strategy_order(names) -> list[str]:
     return seen
 
 
-def longcontext_accuracy(df: pd.DataFrame, by=("approx_tokens",)) -> pd.DataFrame:
-    """Accuracy (share of correct answers) per strategy and `by` (approx_tokens and/or depth_percent), with
-    the counts: columns strategy, *by, correct, n, accuracy."""
-    lc = longcontext_frame(df)
+def longcontext_accuracy(df: pd.DataFrame, by=("approx_tokens",), passkey_only: bool = True) -> pd.DataFrame:
+    """Accuracy (share of correct answers) per strategy and `by` (approx_tokens, depth_percent and/or category),
+    with the counts: columns strategy, *by, correct, n, accuracy; passkey items only unless told."""
+    lc = longcontext_frame(df, passkey_only)
     cols = ["strategy", *by, "correct", "n", "accuracy"]
     if len(lc) == 0:
         return pd.DataFrame(columns=cols)
@@ -651,8 +658,8 @@ def _context_length(lc: pd.DataFrame) -> int | None:
 def longcontext_length_chart(df: pd.DataFrame) -> go.Figure:
     """Passkey accuracy against input length (approximate tokens, log scale; the tick labels give the
     multiple of the context window), one line per strategy; the context window as a dotted line."""
-    title = "Long context: accuracy by input length"
-    lc = longcontext_frame(df)
+    title = "Long context: passkey accuracy by input length"
+    lc = longcontext_frame(df, passkey_only=True)
     if len(lc) == 0:
         return _empty(title, _LC_EMPTY)
     t = longcontext_accuracy(df, ("approx_tokens",))
@@ -681,8 +688,8 @@ def longcontext_length_chart(df: pd.DataFrame) -> go.Figure:
 def longcontext_heatmap(df: pd.DataFrame) -> go.Figure:
     """Accuracy per input length (rows) and depth of the key (columns), one panel per strategy; each cell
     shows correct/n."""
-    title = "Long context: accuracy by length × depth"
-    lc = longcontext_frame(df)
+    title = "Long context: passkey accuracy by length × depth"
+    lc = longcontext_frame(df, passkey_only=True)
     if len(lc) == 0:
         return _empty(title, _LC_EMPTY)
     t = longcontext_accuracy(df, ("approx_tokens", "depth_percent"))
@@ -706,6 +713,46 @@ def longcontext_heatmap(df: pd.DataFrame) -> go.Figure:
         fig.update_xaxes(title_text="depth of the key", row=1, col=i)
     fig.update_yaxes(title_text="input length (tokens)", row=1, col=1)
     fig.update_layout(title=title, height=420)
+    return fig
+
+
+def longcontext_task_chart(df: pd.DataFrame) -> go.Figure:
+    """Accuracy per long-context task (passkey, its in-window control, key-value retrieval, document QA) and
+    strategy, every length together; each bar's hover gives correct/n."""
+    title = "Long context: accuracy by task"
+    lc = longcontext_frame(df)
+    if len(lc) == 0:
+        return _empty(title, _LC_EMPTY)
+    t = longcontext_accuracy(df, ("category",), passkey_only=False)
+    fig = go.Figure()
+    for s in _strategy_order(t["strategy"]):
+        d = t[t["strategy"] == s]
+        fig.add_bar(x=d["category"], y=d["accuracy"], name=str(s), marker_color=strategy_colour(s),
+                    text=[f"{c}/{n}" for c, n in zip(d["correct"], d["n"])], textposition="outside",
+                    hovertemplate=f"{s}<br>%{{x}}<br>accuracy %{{y:.2f}} (%{{text}})<extra></extra>")
+    fig.update_layout(title=title, barmode="group", yaxis_title="accuracy", yaxis_range=[0, 1.15], height=400,
+                      legend_title="strategy")
+    return fig
+
+
+def longcontext_cost_chart(df: pd.DataFrame) -> go.Figure:
+    """Prefill time (time to the first token, median over the items of a length) against input length, one
+    line per strategy, log-log: what full attention, the truncated baseline and the chunked methods cost."""
+    title = "Long context: prefill time by input length"
+    lc = longcontext_frame(df)
+    lc = lc[lc["ttft_s"].notna()] if len(lc) else lc
+    if len(lc) == 0:
+        return _empty(title, _LC_EMPTY)
+    t = lc.groupby(["strategy", "approx_tokens"], sort=False)["ttft_s"].median().reset_index()
+    fig = go.Figure()
+    for s in _strategy_order(lc["strategy"]):
+        d = t[t["strategy"] == s].sort_values("approx_tokens")
+        fig.add_scatter(x=d["approx_tokens"], y=d["ttft_s"], mode="lines+markers", name=str(s),
+                        line={"color": strategy_colour(s)}, marker={"color": strategy_colour(s)},
+                        hovertemplate=f"{s}<br>~%{{x:.0f}} tokens<br>prefill %{{y:.2f}} s<extra></extra>")
+    fig.update_xaxes(type="log", title_text="input length (approx. tokens)")
+    fig.update_yaxes(type="log", title_text="time to first token (s, median)")
+    fig.update_layout(title=title, height=400, legend_title="strategy")
     return fig
 
 

@@ -136,7 +136,8 @@ class Dashboard:
         return (warning, info, charts.speedup_bar(df), charts.latency_box(df), charts.quality_scatter(df),
                 charts.tokens_per_pass_hist(df), summary, gr.update(value=str(export), interactive=len(df) > 0),
                 charts.sweep_chart(df, sweep), gr.update(choices=sweeps, value=sweep),
-                charts.longcontext_length_chart(df), charts.longcontext_heatmap(df))
+                charts.longcontext_length_chart(df), charts.longcontext_heatmap(df), charts.longcontext_task_chart(df),
+                charts.longcontext_cost_chart(df))
 
     def switch_source(self, which):
         """The run list of the other data source, with nothing picked from the old one."""
@@ -192,6 +193,9 @@ class Dashboard:
         with gr.Row():
             p_lc_len = gr.Plot(label="Long context: accuracy by length", elem_id="pd-plot-lc-length")
             p_lc_heat = gr.Plot(label="Long context: length × depth", elem_id="pd-plot-lc-heatmap")
+        with gr.Row():
+            p_lc_task = gr.Plot(label="Long context: accuracy by task", elem_id="pd-plot-lc-task")
+            p_lc_cost = gr.Plot(label="Long context: prefill time", elem_id="pd-plot-lc-cost")
         summary = gr.Dataframe(charts.summary_frame([]), label="Summary per run, category and strategy",
                                interactive=False, elem_id="pd-dash-summary", wrap=True,
                                column_widths=charts.SUMMARY_WIDTHS)
@@ -200,7 +204,7 @@ class Dashboard:
 
         inputs = [run_pick, model, strat, cats, since, sweep, which]
         outs = [warning, info, p_speed, p_latency, p_quality, p_tau, summary, export_btn, p_sweep, sweep, p_lc_len,
-                p_lc_heat]
+                p_lc_heat, p_lc_task, p_lc_cost]
         show_btn.click(self.show, inputs, outs, api_name="dashboard", concurrency_limit=None)
         sweep.input(self.show, inputs, outs, api_visibility="undocumented", concurrency_limit=None)
         refresh_outs = [run_pick, model, strat, cats, history, sweep]
