@@ -523,7 +523,7 @@ on this CPU; held-out per-token acceptance (greedy) **{acc.get('greedy')}**. Its
 
 {ptp_part}
 Not run on the default model, and why: {"" if ptp_part else "`ptp` (no adapter, issue 16), "}`lud` (lossy: its
-sweep is its own section below, issue 18), `focus` and `pcw` (long-context suite, issue 20).
+sweep is its own section below, issue 18), `pcw`, `ape` and `focus` (the long-context suite and section 7, issue 20).
 
 ### The runs
 

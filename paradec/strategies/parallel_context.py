@@ -28,7 +28,8 @@ APE's training-free adjustments (Yang et al., ICLR 2025), as options (`ape` is t
     attention function registered with transformers and switched on only around those passes).
 With T = S = 1 and prefix 0 the computation is plain pcw.
 
-Steps: the batched chunk encoding is one forward pass (a step with no tokens, `info` = chunk layout);
+Steps: the batched chunk encoding is one forward pass, two with a shared prefix (a step with no tokens, `info` =
+chunk layout);
 the question pass yields the first token; then one token per forward pass like `ar`. With a single chunk
 (and T = S = 1) the computation is the ordinary one, so greedy output equals `ar`. Not lossless with several
 chunks: the chunks do not see each other.
@@ -104,26 +105,32 @@ def plan_chunks(context: list[int], window: int, shared: list[int]) -> list[list
 
 @torch.inference_mode()
 def encode_chunks(engine, chunks: list[list[int]], shared_len: int = 0):
-    """Encode the chunks as one batch (one forward pass), positions 0..len-1 in each, and return one
-    single-sequence cache holding chunk 0 whole and every later chunk without its first `shared_len` tokens.
+    """Encode the chunks as one batch, positions 0..len-1 in each, and return one single-sequence cache holding
+    chunk 0 whole and every later chunk without its first `shared_len` tokens (`chunk_passes` forward passes).
 
-    The shared start (a BOS, or APE's shared prefix; the same tokens at the same positions in every chunk) is
-    encoded once, and the chunks' own tokens are encoded as one batch after it (each row attends to that one
-    prefix cache), so a long shared prefix costs one pass over it, not one per chunk."""
-    if not shared_len:
+    A shared start longer than one token (APE's shared prefix: the same tokens at the same positions in every
+    chunk) is encoded once, and the chunks' own tokens as one batch after it (each row attends to that one prefix
+    cache), so it costs one pass over it, not one per chunk; a BOS is simply encoded in every row."""
+    if shared_len <= 1:
         _, bcache, mask, _ = engine.prefill_batch(chunks)
         T = mask.shape[1]
-        return engine.concat_rows(bcache, [T - len(c) for c in chunks])
+        return engine.concat_rows(bcache, [T - len(c) + (shared_len if i else 0) for i, c in enumerate(chunks)])
     prefix, bodies = chunks[0][:shared_len], [c[shared_len:] for c in chunks]
     pcache = engine.new_cache()
     engine.forward(prefix, pcache, logits_to_keep=1)
     n, P = len(chunks), shared_len
-    _, bcache, mask, _ = engine.prefill_batch(bodies, engine.repeat_cache(pcache, n), torch.ones(n, P, dtype=torch.long, device=engine.device))
+    _, bcache, mask, _ = engine.prefill_batch(bodies, engine.repeat_cache(pcache, n),
+                                              torch.ones(n, P, dtype=torch.long, device=engine.device))
     T = mask.shape[1] - P
     return engine.cache_from_kv([
         (torch.cat([k[:1, :, :P]] + [k[i:i + 1, :, P + T - len(b):] for i, b in enumerate(bodies)], dim=-2),
          torch.cat([v[:1, :, :P]] + [v[i:i + 1, :, P + T - len(b):] for i, b in enumerate(bodies)], dim=-2))
         for k, v in engine.cache_kv(bcache)])
+
+
+def chunk_passes(shared_len: int) -> int:
+    """Forward passes `encode_chunks` makes: one batch, plus one over a shared prefix longer than a token."""
+    return 2 if shared_len > 1 else 1
 
 
 # ------------------------------------------------------------------------------------------ APE's query attention
@@ -243,7 +250,7 @@ class ParallelContextWindows(Strategy):
         pos = max((len(c) for c in chunks), default=0)
         if chunks:
             cache = encode_chunks(engine, chunks, lay["shared"])
-            yield Step(forward_passes=1, prefill=True, info=info)
+            yield Step(forward_passes=chunk_passes(lay["shared"]), prefill=True, info=info)
             info = {}
         else:
             cache = run.cache
