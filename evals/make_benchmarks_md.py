@@ -207,7 +207,7 @@ def longcontext(path: Path = ROOT / "docs" / "longcontext.md") -> str:
         a0 = atext.index("### Passkey accuracy")
         a1 = atext.find("### Cost per answer", a0)
         out += ("\n#### Which part of APE does the work ([docs/longcontext-ablation.md](docs/longcontext-ablation.md))"
-                "\n\nThe same items at 8x and 16x, `ape` with its shared prefix alone (temperature = scale = 1) and "
+                "\n\nThe same passkey items (the lengths its run was given), `ape` with its shared prefix alone (temperature = scale = 1) and "
                 "`pcw` with APE's temperature and scaling but no shared prefix:\n\n"
                 + "\n\n".join(b for b in atext[a0:a1 if a1 > 0 else len(atext)].split("\n\n")
                                if b.lstrip().startswith("|")) + "\n")
