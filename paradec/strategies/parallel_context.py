@@ -160,11 +160,17 @@ def ape_attention(module, query, key, value, attention_mask, scaling, dropout=0.
     return torch.matmul(w, v).transpose(1, 2).contiguous(), None
 
 
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    AttentionInterface.register(ATTENTION_NAME, ape_attention)
+
+
+_register_attention()      # once, at import: not in every pass
+
+
 @contextmanager
 def context_blocks(engine, lo: int, hi: int, temperature: float, scale: float):
     """Run the enclosed forward passes with `ape_attention` on the cache columns [lo, hi) (the context)."""
-    from transformers import AttentionInterface
-    AttentionInterface.register(ATTENTION_NAME, ape_attention)
     cfgs = [engine.model.config, engine.model.config.get_text_config(decoder=True)]
     old = [c._attn_implementation for c in cfgs]
     _BLOCKS.spec = (lo, hi, float(temperature), float(scale))
