@@ -399,6 +399,36 @@ def test_columns_render_groups_and_sot_points(tiny_engine):
     assert "lossless: identical to ar" in la_html
 
 
+def test_a_frame_says_stopped_only_above_final_columns(tiny_engine):
+    """The status line and the columns of one frame come from one snapshot: a race that ends while a frame is being
+    drawn (Stop pressed between its snapshot and its status line) gives a frame that still says Racing, so the
+    page never shows "Stopped" above columns still marked running (CI saw exactly that in the browser)."""
+    from paradec.race import Race
+    from paradec.strategies import Request
+    from paradec.ui.arena import MAX_COLUMNS, Arena
+    arena = Arena(tiny_engine, store=None)
+    race = Race(tiny_engine, Request(prompt="Say hi.", max_new_tokens=4), ["ar", "pld"])
+    for lane in race.lanes.values():
+        lane.status = "running"
+    taken = race.snapshot
+
+    def snapshot_then_end():
+        snap = taken()
+        for lane in race.lanes.values():     # the worker ends the race right after the snapshot
+            lane.status = "stopped"
+        race.finished.set()
+        return snap
+    race.snapshot = snapshot_then_end
+    out = arena._frame(race, ["ar", "pld"], 1.0, chart=False)
+    status, figs = out[MAX_COLUMNS], out[MAX_COLUMNS + 1]
+    assert status.startswith("Racing 2 strategies (2 running)"), status
+    assert not figs["finished"] and {v["status"] for v in figs["lanes"].values()} == {"running"}
+    race.snapshot = taken                    # the next frame sees the end, in status and columns alike
+    out = arena._frame(race, ["ar", "pld"], 2.0, chart=False)
+    assert out[MAX_COLUMNS].startswith("**Stopped**") and out[MAX_COLUMNS + 1]["finished"]
+    assert all('data-status="stopped"' in out[i]["value"] for i in range(2))
+
+
 # ---------------------------------------------------------------------------------------------- charts
 def _frame():
     rows = []

@@ -369,16 +369,17 @@ class Arena:
         finally:
             self.saved.setdefault(id(race), threading.Event()).set()
 
-    def _status(self, race: Race, elapsed: float) -> str:
-        snap_done = race.finished.is_set()
+    def _status(self, race: Race, elapsed: float, snap: dict[str, dict], snap_done: bool) -> str:
+        """The status line of one frame, from the same snapshot its columns are drawn from (`snap_done`: the race
+        had ended before `snap` was taken), so a frame never says Stopped above columns still running."""
         rid = self.run_ids.get(id(race))
         if snap_done:
-            stopped = any(l.status == "stopped" for l in race.lanes.values())
+            stopped = any(d["status"] == "stopped" for d in snap.values())
             head = "**Stopped**" if stopped else "**Finished**"
             saved = f" · saved as run #{rid} (see the Dashboard)" if rid else ""
             return f"{head} in {elapsed:.1f} s wall time{saved}. Press **Replay** to watch each column at its own pace."
-        n_run = sum(l.status == "running" for l in race.lanes.values())
-        return f"Racing {len(race.lanes)} strategies ({n_run} running) · {elapsed:.1f} s"
+        n_run = sum(d["status"] == "running" for d in snap.values())
+        return f"Racing {len(snap)} strategies ({n_run} running) · {elapsed:.1f} s"
 
     # ------------------------------------------------------------------ handlers
     def prepare(self, strategies):
@@ -450,6 +451,7 @@ class Arena:
                 race.stop()
 
     def _frame(self, race: Race, names: list[str], elapsed: float, chart: bool = True):
+        done = race.finished.is_set()       # read BEFORE the snapshot: if set, the snapshot is the final state
         snap = race.snapshot()
         cols = render_all({n: snap[n] for n in names})
         ups = [gr.update(visible=True, value=cols[i]) if i < len(cols) else gr.update(visible=False)
@@ -458,7 +460,7 @@ class Arena:
                                             "forward_passes", "tokens_per_pass", "speedup", "diverges_at",
                                             "finish_reason", "error", "text")} for n in names}
         rid = self.run_ids.get(id(race))
-        return ups + [self._status(race, elapsed), {"run_id": rid, "finished": race.finished.is_set(),
+        return ups + [self._status(race, elapsed, snap, done), {"run_id": rid, "finished": done,
                                                       "lanes": figs},
                       charts.race_chart({n: snap[n] for n in names}) if chart else gr.update()]
 
