@@ -174,6 +174,46 @@ def test_first_token_from_candidates_by_hand(eng):
     assert int(logits[0, -1].argmax()) == toks[0]
 
 
+def test_first_token_with_a_sink_by_hand(eng):
+    """Parameters trained with a sink: the prompt's opening (here its first token: this tokenizer has no chat
+    template and the prompt no blank line) is encoded alone at position 0, the candidates follow at 1..n, the
+    question after them; the memory is the rest. The first token equals that computation built by hand, and
+    differs from the same parameters without a sink."""
+    from paradec.strategies.focus_llm import sink_length
+    ad = _perturbed(eng, seed=2)
+    ad.meta["sink"] = "chat-head"
+    eng.extras["focus"] = ad
+    prompt = _long_prompt(150, seed=4)
+    toks, steps = _run(eng, prompt)
+    info = steps[0].info
+    ids = eng.encode(Request(prompt=prompt, chat=False))
+    q, lens, s = info["question_tokens"], info["chunk_lengths"], info["sink_tokens"]
+    assert s == sink_length(eng, ids[:-q]) == 1 and steps[0].forward_passes == 2
+    assert s + sum(lens) + q == len(ids)
+    sink, memory, question = ids[:s], ids[s:-q], ids[-q:]
+    cands, start = [], 0
+    with torch.inference_mode():
+        for i, n in enumerate(lens):
+            cache = eng.new_cache()
+            eng.forward(memory[start:start + n], cache)
+            start += n
+            with ad.applied(eng.model):
+                eng.forward(question[-ad.dynamic:], cache, positions=list(range(n, n + ad.dynamic)))
+            cands.append([(F.rerotate(eng.model, layer.keys[:, :, -1:],
+                                      torch.full((1, 1), s + i - (n + ad.dynamic - 1))), layer.values[:, :, -1:])
+                          for layer in cache.layers])
+        scache = eng.new_cache()
+        eng.forward(sink, scache)
+        kv = [(torch.cat([sl.keys] + [c[li][0] for c in cands], 2), torch.cat([sl.values] + [c[li][1] for c in cands], 2))
+              for li, sl in enumerate(scache.layers)]
+        logits = eng.forward(question, eng.cache_from_kv(kv), positions=list(range(s + len(lens), s + len(lens) + q)))
+    assert int(logits[0, -1].argmax()) == toks[0]
+    del ad.meta["sink"]
+    plain, psteps = _run(eng, prompt)
+    assert psteps[0].info["sink_tokens"] == 0 and psteps[0].forward_passes == 1 and plain != toks
+    eng.extras.pop("focus", None)
+
+
 def test_limits_are_checked(eng):
     eng.extras["focus"] = _perturbed(eng)
     prompt = _long_prompt(400)
@@ -195,7 +235,7 @@ def _streams(n=21_000, seed=0):
     return {"train": out, "val": out[: n // 3]}
 
 
-CFG = dict(dynamic=6, queries=4, local=12, targets=4, memory=256, max_chunks=4, chunk_sizes="32,64", lr=1e-2,
+CFG = dict(rank=0, dynamic=6, queries=4, local=12, targets=4, memory=256, max_chunks=4, chunk_sizes="32,64", lr=1e-2,
            warmup=2, eval_batches=2, ckpt_every=5)
 
 
@@ -229,6 +269,38 @@ def test_training_loss_falls_and_parameters_load(eng, trained):
     assert _run(eng, _long_prompt(200))[0] == a
 
 
+def test_low_rank_deltas_train_save_and_load(eng, tmp_path):
+    """--rank r: every delta is a rank-r product B A (B zero at the start: the candidates start as the base
+    projections); it trains like the full-rank one, its files hold the pairs (a 0.5B model's full-rank deltas would
+    be 176 MB, over the repository's 50 MB a file), and a loaded copy decodes exactly as the trained one."""
+    ad = F.FocusAdapter.for_model(eng.model, 6, rank=4)
+    assert all(torch.count_nonzero(p) == 0 for n, p in ad.named_parameters() if n.startswith("lora_b"))
+    ids = torch.randint(10, 8000, (1, 9))
+    base = eng.forward(ids)
+    with ad.applied(eng.model):                  # zero B: the base model
+        assert torch.allclose(eng.forward(ids), base, atol=1e-5)
+    full = sum(p.numel() for p in F.FocusAdapter.for_model(eng.model, 6).parameters())
+    assert sum(p.numel() for p in ad.parameters()) < full
+    out = tmp_path / "focus"
+    summary = T.train_focus(eng, T.FocusTrainConfig(steps=20, **{**CFG, "rank": 4}), out, log=lambda m: None,
+                            progress=False, streams=_streams())
+    first, last = summary["eval"][0], summary["eval"][-1]
+    assert last["cont_focus_loss"] < first["cont_focus_loss"] * 0.5, (first, last)
+    cfg = json.loads((out / "focus_config.json").read_text())
+    assert cfg["rank"] == 4
+    loaded = F.FocusAdapter.load(out)
+    assert loaded.rank == 4 and loaded.fits(eng.model)
+    assert loaded.shapes() == F.FocusAdapter.for_model(eng.model, 6).shapes()
+    assert "rank-4 delta" in (out / "README.md").read_text()
+    eng.extras.pop("focus", None)
+    a = _run(eng, _long_prompt(200), adapter=str(out))[0]
+    eng.extras["focus"] = loaded
+    try:
+        assert _run(eng, _long_prompt(200))[0] == a
+    finally:
+        eng.extras.pop("focus", None)
+
+
 def test_trained_parameters_record_the_base_model(eng, trained):
     """The trainer saves through the shared adapter files (paradec/adapters.py): the format tag and the base
     model's fingerprint, so parameters for other weights of the same shape are refused."""
@@ -249,6 +321,33 @@ def test_resume_from_checkpoint(eng, tmp_path):
                       log=logs.append, progress=False, streams=streams)
     assert any("resumed at step 2" in m for m in logs)
     assert s["steps_done"] == 3 and [h["step"] for h in s["history"]] == [1, 2, 3]
+
+
+def test_training_sink_opens_the_local_context(eng):
+    """The trainer's sink (the chat head on a model with a template): without memory, the targets' logits equal
+    the base model reading sink + local context in one sequence; with memory, the loss has a gradient on the
+    deltas and the sink changes it."""
+    cfg = T.FocusTrainConfig(**CFG)
+    rng = random.Random(3)
+    b = T.sample_batch([rng.randrange(10, 8000) for _ in range(5000)], cfg, rng)
+    sink_ids = [11, 12, 13]
+    sink = (sink_ids, F.sink_kv(eng, sink_ids))
+    ad = F.FocusAdapter.for_model(eng.model, cfg.dynamic, rank=4).attach(eng.model)
+    try:
+        with torch.no_grad():
+            got = T.batch_logits(eng, ad, b, memory=False, sink=sink)
+            m = b["target"].shape[1]
+            for q in range(len(b["kinds"])):
+                seq = torch.tensor(sink_ids + b["local"][q].tolist() + b["target"][q][:-1].tolist())
+                want = eng.model(input_ids=seq[None], logits_to_keep=m).logits[0].float()
+                assert torch.allclose(got[q], want, atol=1e-4)
+        ad.lora_b[next(iter(ad.lora_b.keys()))].data.normal_(0, 0.05)
+        loss, _ = T.batch_loss(eng, ad, b, sink=sink)
+        loss.backward()
+        assert all(p.grad is not None for p in ad.parameters())
+        assert abs(loss.item() - T.batch_loss(eng, ad, b)[0].item()) > 1e-4
+    finally:
+        ad.detach()
 
 
 def test_sample_batch_repetition_targets_come_from_the_memory():

@@ -7,6 +7,10 @@ tokens of the local context to every chunk and turns the last of them into that 
 (trained q/k/v/o projections at that position only); the local context then attends to the n candidates
 (positions 0..n-1) and to itself, and decodes like `ar`. See `paradec/focus.py` for the model side.
 
+Parameters trained with a *sink* (the default since the default model's: see paradec/focus.py `sink_kv`) put the
+prompt's opening (`sink_length`) before the candidates, encoded by the base model at positions 0..s-1, and the
+candidates at s..s+n-1; the memory is the rest of the context part.
+
 A prompt that fits the context (prompt + max_new_tokens <= context) has no memory: it is decoded by the base
 model alone, token for token `ar`.
 
@@ -22,7 +26,17 @@ import torch
 from .. import focus as F
 from ..decoding import one_token_steps
 from .base import Param, Request, RequestError, Run, Step, Strategy, register, trained_availability, window_phrase
-from .parallel_context import plan_chunks, question_start
+from .parallel_context import head_end, plan_chunks, question_start
+
+
+def sink_length(engine, memory: list[int]) -> int:
+    """How many of the memory's first tokens open the local context as its sink (parameters trained with one,
+    paradec/focus.py `sink_kv`): the model's chat head when the prompt starts with it (what the trainer puts
+    there), else the prompt's opening up to its first blank line (at most 256 tokens), else its first token."""
+    head = F.chat_head(engine)
+    if head and memory[:len(head)] == head and len(memory) > len(head):
+        return len(head)
+    return min(max(1, head_end(engine, memory, 256)), max(0, len(memory) - 1)) if memory else 0
 
 
 @register
@@ -45,19 +59,22 @@ class FocusLLM(Strategy):
         return trained_availability("the FocusLLM parameters", lambda: F.adapter_for(engine), lambda ad: True,
                                     F.hint(engine))       # adapter_for refuses parameters made for another model
 
-    def layout(self, engine, request: Request, dynamic: int) -> dict:
-        """Validate the request and plan the memory chunks: {'chunks', 'question', 'window', 'refresh'}."""
+    def layout(self, engine, request: Request, dynamic: int, sink: bool = False) -> dict:
+        """Validate the request and plan the memory chunks: {'chunks', 'question', 'sink', 'window', 'refresh'}."""
         return self.plan(engine, request.validate(engine, long_ok=True), self.resolve_params(request, engine),
-                         request.max_new_tokens, dynamic, request.context(engine))
+                         request.max_new_tokens, dynamic, request.context(engine), sink)
 
-    def plan(self, engine, ids: list[int], p: dict, M: int, dynamic: int, C: int | None = None) -> dict:
+    def plan(self, engine, ids: list[int], p: dict, M: int, dynamic: int, C: int | None = None,
+             sink: bool = False) -> dict:
         """The layout of a validated prompt `ids` under parameters `p`, `M` new tokens, a `dynamic`-token
-        dynamic prompt and a window of `C` positions (default the model's context) (see `layout`)."""
+        dynamic prompt and a window of `C` positions (default the model's context) (see `layout`). With `sink`
+        (parameters trained with one), the prompt's opening is the local context's sink (`sink_length`)."""
         C = C or engine.context_length
         where = window_phrase(engine, C)
         # a prompt that fits the context needs no memory: the base model reads it whole, exactly as `ar`
         q0 = 0 if len(ids) + M <= C else question_start(engine, ids, p["question_tokens"])
-        question, memory = ids[q0:], ids[:q0]
+        s = sink_length(engine, ids[:q0]) if sink and q0 else 0
+        question, memory, sink_ids = ids[q0:], ids[s:q0], ids[:s]
         window = p["window"] or C - dynamic
         if window < 1 or window + dynamic > C:
             raise RequestError(f"focus: window must be between 1 and {C - dynamic} (the context of {C} tokens minus "
@@ -67,28 +84,30 @@ class FocusLLM(Strategy):
             raise RequestError(
                 f"focus: the prompt's memory part ({len(memory)} tokens) needs {len(chunks)} chunks of {window} "
                 f"tokens, more than max_chunks={p['max_chunks']}; shorten the prompt or raise max_chunks")
-        if len(chunks) + len(question) + M > C:
+        if s + len(chunks) + len(question) + M > C:
             raise RequestError(
-                f"focus: {len(chunks)} candidate positions + the question ({len(question)} tokens) + max_new_tokens "
-                f"({M}) exceed {where}; raise window or lower question_tokens or "
-                "max_new_tokens")
-        return {"chunks": chunks, "question": question, "window": window, "refresh": p["refresh"]}
+                f"focus: {f'the {s}-token sink + ' if s else ''}{len(chunks)} candidate positions + the question "
+                f"({len(question)} tokens) + max_new_tokens ({M}) exceed {where}; raise window or lower "
+                "question_tokens or max_new_tokens")
+        return {"chunks": chunks, "question": question, "sink": sink_ids, "window": window, "refresh": p["refresh"]}
 
     def steps(self, run: Run):
         engine, request = run.engine, run.request
         ad = run.hold(F.FocusAdapter.require(engine, run.params["adapter"] or None).attached(engine.model))
-        lay = self.plan(engine, run.ids, run.params, request.max_new_tokens, ad.dynamic, request.context(engine))
+        lay = self.plan(engine, run.ids, run.params, request.max_new_tokens, ad.dynamic, request.context(engine),
+                        sink=bool(ad.meta.get("sink")))
         chunks, local = lay["chunks"], list(lay["question"])
-        n = len(chunks)
+        n, s = len(chunks), len(lay["sink"])
         out = run.out
         info = {"chunks": n, "chunk_lengths": [len(c) for c in chunks], "window": lay["window"],
-                "question_tokens": len(local), "dynamic_prompt": min(ad.dynamic, len(local))}
-        enc = None
+                "question_tokens": len(local), "dynamic_prompt": min(ad.dynamic, len(local)), "sink_tokens": s}
+        enc = skv = None
         if chunks:
             with torch.inference_mode():
                 _, ccache, cmask, cnext = engine.prefill_batch(chunks)
+                skv = F.sink_kv(engine, lay["sink"])      # its own pass, counted in this step
             enc = (ccache, cmask, cnext)
-            yield Step(forward_passes=1, prefill=True, info=info)
+            yield Step(forward_passes=2 if s else 1, prefill=True, info=info)   # the chunks (and the sink)
             info = {}
 
         def encode_local(tokens: list[int]):
@@ -98,8 +117,10 @@ class FocusLLM(Strategy):
                     cache = engine.new_cache()
                 else:
                     dyn = torch.tensor(tokens[-ad.dynamic:], dtype=torch.long).expand(n, -1)
-                    cache = F.local_cache(engine, F.candidate_pass(engine, ad, enc[0], enc[1], enc[2], dyn))
-                logits = engine.forward(tokens, cache, list(range(n, n + len(tokens))), logits_to_keep=1)[0, -1]
+                    cache = F.local_cache(engine, F.candidate_pass(engine, ad, enc[0], enc[1], enc[2], dyn, offset=s),
+                                          skv)
+                logits = engine.forward(tokens, cache, list(range(s + n, s + n + len(tokens))),
+                                        logits_to_keep=1)[0, -1]
             return logits, cache
 
         logits, cache = encode_local(local)
@@ -113,7 +134,7 @@ class FocusLLM(Strategy):
                 since = 0
                 logits, cache = encode_local(local + out.ids)
                 return logits, 2
-            pos = n + len(local) + len(out.ids) - 1
+            pos = s + n + len(local) + len(out.ids) - 1
             return engine.forward([tok], cache, [pos], logits_to_keep=1)[0, -1], 1
 
         for st in one_token_steps(engine, out, logits, sampling=run.sampling, us=run.us,

@@ -42,6 +42,9 @@ def add_run_args(p, what: str, ckpt_every: int, seed: int = 0) -> None:
                                  f"parameters for, else <model>/{what})")
     p.add_argument("--work", help="checkpoint folder (default <out>/.checkpoint, removed when training ends)")
     p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="float32",
+                   help="the frozen base model's dtype (float32, bfloat16, or auto: bf16 where the CPU has native bf16 "
+                        "matrix support); trained parameters stay float32")
     p.add_argument("--threads", type=int, help="CPU threads for torch")
     p.add_argument("--no-progress", action="store_true")
 
@@ -61,7 +64,7 @@ def engine_and_out(args, adapter_cls):
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        engine = Engine.load(args.model, device=args.device, dtype="float32")
+        engine = Engine.load(args.model, device=args.device, dtype=getattr(args, "dtype", None) or "float32")
     except ModelError as e:
         return None, str(e)
     out = Path(args.out) if args.out else adapter_cls.default_dir(engine)

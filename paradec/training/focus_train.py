@@ -16,7 +16,8 @@ targets: the `refresh` = 0 regime the strategy runs by default). Two kinds of qu
   can only get them from the candidates, so this teaches the candidates to find their chunk's part that
   matches the dynamic prompt and carry what comes next (a pass key after "The pass key is", say).
 
-Only the deltas train (full rank, zero at the start); the base model is frozen. Checkpoints every
+Only the deltas train (rank --rank, 32 by default, or full rank as in the paper with 0; zero at the start);
+the base model is frozen (in --dtype: bfloat16 where the CPU does bf16 matrix work, see `--dtype auto`). Checkpoints every
 --ckpt-every steps (atomic), resumable; the parameters are written beside the model (`<model>/focus/`)
 at every checkpoint (through the shared adapter files, paradec/adapters.py), with the held-out figures in
 focus_config.json and a card (README.md).
@@ -60,6 +61,8 @@ class FocusTrainConfig:
     eval_batches: int = 12
     max_docs: int = 0             # 0 = the whole corpus
     candidate_loss: float = 0.0   # weight of the auxiliary loss on the source chunk's candidate (0 = off)
+    rank: int = 32                # rank of each delta (0 = full rank, the paper's; 176 MB on a 0.5B model)
+    sink: bool = True             # open every local context with the model's chat head (F.sink_kv, F.chat_head)
 
 
 def token_streams(engine, max_docs: int = 0, seed: int = 0) -> dict[str, list[int]]:
@@ -113,14 +116,17 @@ def sample_batch(stream: list[int], cfg: FocusTrainConfig, rng: random.Random, k
             "kinds": kinds, "src": src, "c": c, "n": n}
 
 
-def batch_logits(engine, adapter, batch: dict, memory: bool = True, candidate_logits: bool = False):
+def batch_logits(engine, adapter, batch: dict, memory: bool = True, candidate_logits: bool = False, sink=None):
     """Logits (Q, m, V) of the targets given the local context and, with `memory`, the candidates. With
-    `candidate_logits`, returns (those, the candidates' own next-token logits (Q, n, V))."""
+    `candidate_logits`, returns (those, the candidates' own next-token logits (Q, n, V)). `sink`: (token ids,
+    their per-layer keys/values from `F.sink_kv`) that open the local context, before the candidates (and before
+    the local context alone when there is no memory)."""
     model = engine.model
     dev = engine.device
     chunks, local, target = batch["chunks"].to(dev), batch["local"].to(dev), batch["target"].to(dev)
     Q, L = local.shape
     n = chunks.shape[0] if memory else 0
+    s, skv = (len(sink[0]), sink[1]) if sink and sink[0] else (0, None)
     if memory:
         with torch.no_grad():
             ccache = engine.new_cache()
@@ -128,28 +134,31 @@ def batch_logits(engine, adapter, batch: dict, memory: bool = True, candidate_lo
             ccache = engine.repeat_cache(ccache, Q)
         dyn = local[:, -adapter.dynamic:].repeat_interleave(n, 0)
         nxt = torch.full((Q * n,), chunks.shape[1], device=dev)
-        kv = F.candidate_pass(engine, adapter, ccache, None, nxt, dyn, groups=Q, want_logits=candidate_logits)
+        kv = F.candidate_pass(engine, adapter, ccache, None, nxt, dyn, groups=Q, want_logits=candidate_logits,
+                              offset=s)
         if candidate_logits:
             kv, cand = kv
             cand = cand.view(Q, n, -1)
-        cache = F.local_cache(engine, kv)
+        cache = F.local_cache(engine, kv, skv)
+    elif skv:
+        cache = engine.cache_from_kv([(k.expand(Q, -1, -1, -1), v.expand(Q, -1, -1, -1)) for k, v in skv])
     else:
         cache = engine.new_cache()
     inp = torch.cat([local, target[:, :-1]], 1)
-    pos = torch.arange(n, n + inp.shape[1], device=dev).expand(Q, -1)
+    pos = torch.arange(s + n, s + n + inp.shape[1], device=dev).expand(Q, -1)
     m = target.shape[1]
     out = model(input_ids=inp, past_key_values=cache, position_ids=pos, use_cache=True, logits_to_keep=m)
     return (out.logits.float(), cand) if candidate_logits and memory else out.logits.float()
 
 
-def batch_loss(engine, adapter, batch: dict, memory: bool = True, candidate_loss: float = 0.0
+def batch_loss(engine, adapter, batch: dict, memory: bool = True, candidate_loss: float = 0.0, sink=None
                ) -> tuple[torch.Tensor, dict]:
     """Mean cross-entropy of the targets; plus, with `candidate_loss` > 0, that weight times the cross-entropy
     of each repetition query's first target under its SOURCE chunk's candidate (the candidate's own
     next-token prediction, through the frozen head): a direct signal for the candidate to find the part of
     its chunk that matches the dynamic prompt. The candidates of other chunks get no such target."""
     aux = candidate_loss > 0 and memory and any(i >= 0 for i in batch["src"])
-    logits = batch_logits(engine, adapter, batch, memory, candidate_logits=aux)
+    logits = batch_logits(engine, adapter, batch, memory, candidate_logits=aux, sink=sink)
     if aux:
         logits, cand = logits
     target = batch["target"].to(engine.device)
@@ -173,15 +182,16 @@ def batch_loss(engine, adapter, batch: dict, memory: bool = True, candidate_loss
 
 
 @torch.no_grad()
-def evaluate(engine, adapter, stream: list[int], cfg: FocusTrainConfig, batches: int, seed: int = 1234) -> dict:
+def evaluate(engine, adapter, stream: list[int], cfg: FocusTrainConfig, batches: int, seed: int = 1234,
+             sink=None) -> dict:
     """Held-out loss and top-1 accuracy of the targets, with the candidates and without any memory (the
-    base model on the local context alone), per query kind."""
+    base model on the local context alone, after the same sink), per query kind."""
     rng = random.Random(seed)
     acc = {(k, mem): [0.0, 0.0, 0] for k in ("rep", "cont") for mem in (True, False)}
     for b in range(batches):
         batch = sample_batch(stream, cfg, rng, kind="rep" if b % 2 == 0 else "cont")
         for mem in (True, False):
-            _, st = batch_loss(engine, adapter, batch, mem)
+            _, st = batch_loss(engine, adapter, batch, mem, sink=sink)
             for k, v in st.items():
                 a = acc[(k, mem)]
                 a[0] += v["loss"] * v["n"]
@@ -197,7 +207,8 @@ def evaluate(engine, adapter, stream: list[int], cfg: FocusTrainConfig, batches:
 
 
 @torch.no_grad()
-def in_window_reference(engine, stream: list[int], cfg: FocusTrainConfig, batches: int, seed: int = 1234) -> dict:
+def in_window_reference(engine, stream: list[int], cfg: FocusTrainConfig, batches: int, seed: int = 1234,
+                        sink_ids: list[int] | None = None) -> dict:
     """The repetition queries of `evaluate` (same seed, same batches) answered by the frozen base model with
     the query's source chunk in its own window followed by the local context: full attention to the one chunk
     that holds the answer - what the candidates would carry if they were perfect, for this base model."""
@@ -209,13 +220,19 @@ def in_window_reference(engine, stream: list[int], cfg: FocusTrainConfig, batche
             if i < 0:
                 continue
             tg = batch["target"][q].to(engine.device)
-            inp = torch.cat([batch["chunks"][i], batch["local"][q], batch["target"][q][:-1]]).to(engine.device)
+            inp = torch.cat([torch.tensor(sink_ids or [], dtype=torch.long), batch["chunks"][i], batch["local"][q],
+                             batch["target"][q][:-1]]).to(engine.device)
             lg = engine.model(input_ids=inp[None], logits_to_keep=len(tg)).logits[0].float()
             loss += float(Fn.cross_entropy(lg, tg, reduction="sum"))
             hits += int((lg.argmax(-1) == tg).sum())
             n += len(tg)
     return {"rep_in_window_loss": round(loss / max(1, n), 4), "rep_in_window_acc": round(hits / max(1, n), 4),
             "tokens": n}
+
+
+def _cpu(engine) -> str:
+    from ..engine import cpu_name
+    return cpu_name() if engine.device.type == "cpu" else torch.cuda.get_device_name(engine.device)
 
 
 def _lr(step: int, cfg: FocusTrainConfig) -> float:
@@ -239,7 +256,8 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
     if max(int(s) for s in cfg.chunk_sizes.split(",")) + cfg.dynamic > engine.context_length:
         raise ValueError(f"a chunk size in {cfg.chunk_sizes} plus the {cfg.dynamic}-token dynamic prompt exceeds the "
                          f"model's context of {engine.context_length}")
-    adapter = F.FocusAdapter.for_model(model, cfg.dynamic, all_layers=cfg.candidate_loss > 0).attach(model)
+    adapter = F.FocusAdapter.for_model(model, cfg.dynamic, all_layers=cfg.candidate_loss > 0,
+                                       rank=cfg.rank).attach(model)
     opt = torch.optim.AdamW(adapter.parameters(), lr=cfg.lr, weight_decay=0.0)
     rng = random.Random(cfg.seed)
     state = {"step": 0, "elapsed_s": 0.0, "history": [], "eval": []}
@@ -258,10 +276,14 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
     if saved is not None:
         rng.setstate(saved["rng"])
         state = saved["state"]
+    sink_ids = F.chat_head(engine) if cfg.sink else []
+    sink = (sink_ids, F.sink_kv(engine, sink_ids)) if sink_ids else None
+    adapter.meta["sink"] = "chat-head" if sink else None
     n_params = sum(p.numel() for p in adapter.parameters())
     log(f"FocusLLM parameters: {n_params / 1e6:.2f}M, dynamic prompt {cfg.dynamic}, {cfg.steps} steps")
     if not state["eval"]:
-        state["eval"].append({"step": 0, **evaluate(engine, adapter, streams["val"], cfg, cfg.eval_batches)})
+        state["eval"].append({"step": 0, **evaluate(engine, adapter, streams["val"], cfg, cfg.eval_batches,
+                                                    sink=sink)})
         log(f"held-out at step 0: {state['eval'][-1]}")
     bar = tqdm(total=cfg.steps, initial=state["step"], desc="train focus", file=sys.stderr, disable=not progress)
     t_last = time.time()
@@ -270,7 +292,7 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
         for g in opt.param_groups:
             g["lr"] = _lr(state["step"], cfg)
         loss, st = batch_loss(engine, adapter, sample_batch(streams["train"], cfg, rng),
-                              candidate_loss=cfg.candidate_loss)
+                              candidate_loss=cfg.candidate_loss, sink=sink)
         checkpoint.optimizer_step(loss, adapter.parameters(), opt)
         state["step"] += 1
         now = time.time()
@@ -288,10 +310,11 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
                 if v:
                     rec[k] = round(sum(v) / len(v), 4)
             state["history"].append(rec)
+            log(f"step {state['step']}: {rec}")
             recent = []
             if state["step"] % (cfg.ckpt_every * 4) == 0 or state["step"] == cfg.steps:
                 state["eval"].append({"step": state["step"],
-                                      **evaluate(engine, adapter, streams["val"], cfg, cfg.eval_batches)})
+                                      **evaluate(engine, adapter, streams["val"], cfg, cfg.eval_batches, sink=sink)})
                 log(f"held-out at step {state['step']}: {state['eval'][-1]}")
             checkpoint.save(ckpt, {"adapter": adapter.state_dict(), "opt": opt.state_dict(), "rng": rng.getstate(),
                                    "state": state, "config": asdict(cfg)})
@@ -303,8 +326,9 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
     bar.close()
     summary = {"config": asdict(cfg), "steps_done": state["step"], "train_time_s": round(state["elapsed_s"], 1),
                "history": state["history"], "eval": state["eval"], "parameters": n_params,
-               "in_window": in_window_reference(engine, streams["val"], cfg, cfg.eval_batches),
-               "torch": torch.__version__, "hardware": f"{engine.device}, {torch.get_num_threads()} thread(s)"}
+               "in_window": in_window_reference(engine, streams["val"], cfg, cfg.eval_batches, sink_ids=sink_ids),
+               "torch": torch.__version__, "dtype": str(engine.dtype).replace("torch.", ""),
+               "hardware": f"{engine.device} ({_cpu(engine)}), {torch.get_num_threads()} thread(s)"}
     adapter.detach()
     adapter.meta["training"] = summary
     adapter.save(out_dir)
@@ -320,13 +344,16 @@ def write_card(out_dir, summary: dict, extra: str = "") -> Path:
     lines = ["# FocusLLM parameters", "",
              "Candidate-token q/k/v/o deltas for the frozen base model in the folder above (paradec/focus.py; "
              "trained by `python -m paradec train focus`, paradec/training/focus_train.py).", "",
-             f"- parameters: {summary['parameters']:,} (one full-rank delta per attention projection that can reach the "
-             "candidates' keys and values: the last layer's q and o are left out unless --candidate-loss is on)",
+             f"- parameters: {summary['parameters']:,} (one "
+             f"{'rank-' + str(cfg['rank']) if cfg.get('rank') else 'full-rank'} delta per attention projection that "
+             "can reach the candidates' keys and values: the last layer's q and o are left out unless "
+             "--candidate-loss is on)",
              f"- dynamic prompt: {cfg['dynamic']} tokens; chunk sizes {cfg['chunk_sizes']}; up to {cfg['max_chunks']} "
              f"chunks, {cfg['memory']} memory tokens per step; {cfg['queries']} queries per memory "
              f"({cfg['repetition']:.0%} repetition), {cfg['targets']} target tokens each",
              f"- steps: {summary['steps_done']} in {summary['train_time_s'] / 60:.1f} min on {summary['hardware']} "
-             f"(torch {summary['torch']}); lr {cfg['lr']}, warmup {cfg['warmup']}, cosine to 10%", "",
+             f"(torch {summary['torch']}, base model in {summary.get('dtype', 'float32')}); lr {cfg['lr']}, warmup "
+             f"{cfg['warmup']}, cosine to 10%", "",
              "## Held-out figures (modules the base model never trained on)", "",
              "Target tokens after a local context: loss (nats/token) and top-1 accuracy, with the candidates "
              "of the memory (focus) and with no memory at all (the frozen base on the local context alone).", "",
@@ -371,6 +398,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--candidate-loss", type=float, default=d.candidate_loss,
                    help="weight of the auxiliary loss on each repetition query's source-chunk candidate (0 = off)")
+    p.add_argument("--rank", type=int, default=d.rank,
+                   help="rank of each delta (0 = full rank, as in the paper: 176 MB for the default model)")
+    p.add_argument("--no-sink", action="store_true",
+                   help="do not open the local context with the model's chat head (the sink; see paradec/focus.py)")
     p.add_argument("--eval-batches", type=int, default=d.eval_batches)
     checkpoint.add_run_args(p, "focus", d.ckpt_every, d.seed)
     return p
@@ -380,7 +411,7 @@ def train_focus_main(argv: list[str]) -> int:
     """`python -m paradec train focus ...` -> exit status."""
     args = build_parser().parse_args(argv)
     for name, v, lo in (("--steps", args.steps, 1), ("--dynamic", args.dynamic, 1), ("--queries", args.queries, 1),
-                        ("--targets", args.targets, 1), ("--max-chunks", args.max_chunks, 1)):
+                        ("--targets", args.targets, 1), ("--max-chunks", args.max_chunks, 1), ("--rank", args.rank, 0)):
         if v < lo:
             print(f"error: {name} must be at least {lo}, got {v}", file=sys.stderr)
             return 2
@@ -401,7 +432,7 @@ def train_focus_main(argv: list[str]) -> int:
     cfg = FocusTrainConfig(steps=args.steps, dynamic=args.dynamic, queries=args.queries,
                            local=max(args.local, args.dynamic), targets=args.targets, memory=args.memory,
                            max_chunks=args.max_chunks, chunk_sizes=args.chunk_sizes, repetition=args.repetition,
-                           lr=args.lr, candidate_loss=args.candidate_loss, warmup=min(30, max(1, args.steps // 10)), seed=args.seed,
+                           lr=args.lr, candidate_loss=args.candidate_loss, rank=args.rank, sink=not args.no_sink, warmup=min(30, max(1, args.steps // 10)), seed=args.seed,
                            ckpt_every=args.ckpt_every, eval_batches=args.eval_batches, max_docs=args.max_docs)
     try:
         summary = train_focus(engine, cfg, out, args.work, log=lambda m: print(m, file=sys.stderr),
