@@ -315,7 +315,7 @@ def prefill_cost(engine, window: int, multiples: list[int], repeats: int, with_f
     context (a random model of the same shapes otherwise); with the peak memory each added. `with_focus` False
     leaves focus out (a model with no FocusLLM parameters: its column would time a method that cannot run)."""
     big = engine if window * max(multiples) <= engine.context_length else long_engine(engine, window * max(multiples))
-    zero = F.FocusAdapter.for_model(big.model, 16)
+    zero = F.FocusAdapter.for_model(big.model, 16, rank=32)
     g = torch.Generator().manual_seed(1)
     rows = []
     warm = torch.randint(10, big.vocab_size, (window,), generator=g).tolist()
@@ -332,10 +332,11 @@ def prefill_cost(engine, window: int, multiples: list[int], repeats: int, with_f
             pcw = _time(lambda: encode_chunks(big, chunks), reps, big)
         dyn = torch.tensor(ids[-16:]).expand(len(chunks), -1)
 
-        def focus_prefill():
+        def focus_prefill():            # the chunks, a 24-token sink (the default model's chat head), the candidates
             _, cc, cm, cn = big.prefill_batch(chunks)
             with torch.inference_mode():
-                F.candidate_pass(big, zero, cc, cm, cn, dyn)
+                F.sink_kv(big, ids[:24])
+                F.candidate_pass(big, zero, cc, cm, cn, dyn, offset=24)
         focus = _time(focus_prefill, reps, big) if with_focus else None
         cfg = big.model.config
         heads = cfg.num_attention_heads
@@ -584,6 +585,8 @@ def main(argv=None):
     ap.add_argument("--multiples", default="2,4,8,16", help="input lengths for --timing, x its window")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own)")
+    ap.add_argument("--dtype", default="auto", help="the model's dtype (auto: bf16 where the CPU has native bf16 "
+                                                    "matrix support, float32 otherwise)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "longcontext.md"))
     ap.add_argument("--json", default=None, help="also write the raw rows here")
     ap.add_argument("--db", default=None, help="results store (SQLAlchemy URL or SQLite file; default $PARADEC_DB or "
@@ -600,7 +603,7 @@ def main(argv=None):
         ap.error(f"unknown task(s) {', '.join(bad)}; tasks: {', '.join(TASKS)}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    engine = Engine.load(args.model)
+    engine = Engine.load(args.model, dtype=args.dtype)
     if not 64 < args.window <= engine.context_length:
         ap.error(f"--window must be between 65 and the model's context ({engine.context_length}), got {args.window}")
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -648,8 +651,10 @@ def main(argv=None):
         "ape": "`ape` is `pcw` with APE's changes: the prompt's opening shared at the start of every chunk, and in "
                "the passes after the chunks the context's attention sharpened by a temperature (0.9) with its total "
                "weight scaled (0.9).",
-        "focus": "`focus` (FocusLLM) turns each chunk into one trained candidate token and decodes against those; it "
-                 "needs parameters trained for the model (`python -m paradec train focus`).",
+        "focus": "`focus` (FocusLLM) turns each chunk into one trained candidate token (the question's last 16 tokens "
+                 "appended to the chunk, trained deltas at that one position) and decodes against the prompt's "
+                 "opening (the sink) and those candidates, never the memory itself; it needs parameters trained for "
+                 "the model (`python -m paradec train focus`; their card says how they were trained).",
     }
     doc = "\n".join([
         "# Long context: accuracy, cost and memory against full attention", "",

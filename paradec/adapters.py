@@ -374,7 +374,10 @@ class GatedAdapter(nn.Module):
     # ------------------------------------------------------------------ finding an engine's adapter
     @classmethod
     def hint_for(cls, model, name: str) -> str:
-        return f"train it: python -m paradec train {cls.KIND} --model {model_dir(model) or name}"
+        d = model_dir(model)
+        if d is not None and Path(d).resolve().is_relative_to(Path.cwd().resolve()):
+            d = Path(d).resolve().relative_to(Path.cwd().resolve())      # no machine's absolute path in messages
+        return f"train it: python -m paradec train {cls.KIND} --model {d or name}"
 
     @classmethod
     def hint(cls, engine) -> str:

@@ -229,6 +229,28 @@ def sink_kv(engine, ids: list[int]):
     return [(k, v) for k, v in engine.cache_kv(cache)]
 
 
+def chat_tail(engine) -> list[int]:
+    """The tokens every chat prompt of this model ends with (the close of the user turn and the opening of the
+    assistant's: the common suffix of two one-word conversations); [] without a chat template."""
+    if not getattr(engine, "has_chat_template", False):
+        return []
+    a = engine.encode_messages([{"role": "user", "content": "alpha"}], "")
+    b = engine.encode_messages([{"role": "user", "content": "omega"}], "")
+    n = 0
+    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+        n += 1
+    return a[len(a) - n:]
+
+
+def dynamic_prompt(tokens: list[int], dynamic: int, tail: list[int]) -> list[int]:
+    """The last `dynamic` tokens of the local context, leaving out the chat template's closing `tail` when the
+    context ends with it: those tokens are the same in every chat prompt, so they would spend the dynamic prompt on
+    nothing a chunk could be searched for (the trainer's dynamic prompts are plain text)."""
+    if tail and len(tokens) > len(tail) and tokens[-len(tail):] == tail:
+        tokens = tokens[:-len(tail)]
+    return tokens[-dynamic:]
+
+
 def chat_head(engine) -> list[int]:
     """The tokens every chat prompt of this model starts with (its template's system turn and the opening of
     the user turn: the common prefix of two one-word conversations); [] without a chat template. The sink

@@ -200,8 +200,7 @@ def test_arena_race_columns_chart_stop(app, page):
         assert page.locator(f"#pd-strategies-{key}").is_visible()
     assert "copies n-grams" in page.locator("#pd-strategies-lossless").inner_text()
     unavailable = page.locator(".pd-unavailable").all_inner_texts()
-    assert any("focus" in u and "unavailable:" in u for u in unavailable), unavailable  # no FocusLLM parameters yet
-    assert not any(u.startswith(("ptp", "lud")) for u in unavailable), unavailable     # their parameters ship
+    assert not any(u.startswith(("ptp", "lud", "focus")) for u in unavailable), unavailable  # their parameters ship
     page.get_by_role("checkbox", name=re.compile(r"^ptp —")).first.check()          # its adapter ships
     page.get_by_role("checkbox", name=re.compile(r"^sot —")).first.check()
     page.get_by_role("checkbox", name=re.compile(r"^lookahead —")).first.uncheck()  # a default of the Arena

@@ -214,6 +214,14 @@ def test_first_token_with_a_sink_by_hand(eng):
     eng.extras.pop("focus", None)
 
 
+def test_dynamic_prompt_leaves_out_the_chat_tail():
+    tail = [7, 8, 9]
+    assert F.dynamic_prompt([1, 2, 3, 4, 5, 7, 8, 9], 3, tail) == [3, 4, 5]     # the template's close is skipped
+    assert F.dynamic_prompt([1, 2, 3, 4, 5, 7, 8, 9], 3, []) == [7, 8, 9]
+    assert F.dynamic_prompt([1, 2, 3, 4, 5, 6], 3, tail) == [4, 5, 6]           # no tail at the end: plain last 3
+    assert F.dynamic_prompt([7, 8, 9], 3, tail) == [7, 8, 9]                     # nothing but the tail: kept
+
+
 def test_limits_are_checked(eng):
     eng.extras["focus"] = _perturbed(eng)
     prompt = _long_prompt(400)

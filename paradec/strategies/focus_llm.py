@@ -99,8 +99,10 @@ class FocusLLM(Strategy):
         chunks, local = lay["chunks"], list(lay["question"])
         n, s = len(chunks), len(lay["sink"])
         out = run.out
+        tail = F.chat_tail(engine) if ad.meta.get("sink") else []    # parameters of the sink era skip the chat tail
         info = {"chunks": n, "chunk_lengths": [len(c) for c in chunks], "window": lay["window"],
-                "question_tokens": len(local), "dynamic_prompt": min(ad.dynamic, len(local)), "sink_tokens": s}
+                "question_tokens": len(local),
+                "dynamic_prompt": len(F.dynamic_prompt(local, ad.dynamic, tail)), "sink_tokens": s}
         enc = skv = None
         if chunks:
             with torch.inference_mode():
@@ -116,7 +118,7 @@ class FocusLLM(Strategy):
                 if enc is None:
                     cache = engine.new_cache()
                 else:
-                    dyn = torch.tensor(tokens[-ad.dynamic:], dtype=torch.long).expand(n, -1)
+                    dyn = torch.tensor(F.dynamic_prompt(tokens, ad.dynamic, tail), dtype=torch.long).expand(n, -1)
                     cache = F.local_cache(engine, F.candidate_pass(engine, ad, enc[0], enc[1], enc[2], dyn, offset=s),
                                           skv)
                 logits = engine.forward(tokens, cache, list(range(s + n, s + n + len(tokens))),
