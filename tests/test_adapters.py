@@ -180,7 +180,8 @@ def test_default_folders_profile_first_then_the_model_folder(tmp_path):
     other.save(shipped / "lud")
     user2.extras.clear()
     k = next(iter(other.lora_b))
-    assert torch.equal(LUDAdapter.find(user2).lora_b[k], other.lora_b[k])   # now the profile's folder wins
+    got = LUDAdapter.find(user2).lora_b[k]          # in the engine's dtype (bf16 where `auto` picks it)
+    assert torch.equal(got, other.lora_b[k].to(got.dtype))                  # now the profile's folder wins
     assert not torch.equal(found.lora_b[k], other.lora_b[k])
 
 
