@@ -9,8 +9,8 @@ Candidate pass (one batched forward, one row per chunk): the last `dynamic` toke
 (the *dynamic prompt*) are appended to every chunk's cache. The dynamic prompt's last position is the
 chunk's *candidate token*: at that position only, the attention q/k/v/o projections of every layer are
 the base projections plus a trainable delta, full-rank as in the paper or a rank-r product B A (zero at
-initialisation either way, i.e. new projections initialised from the originals); every other position, and everything else (embeddings, MLPs, norms,
-head), is the frozen base model. So the candidate's query decides what to read from its chunk, and its
+initialisation either way, i.e. new projections initialised from the originals); every other position, and
+everything else (embeddings, MLPs, norms, head), is the frozen base model. So the candidate's query decides what to read from its chunk, and its
 keys/values - one per layer per chunk - carry what it found. (The last layer's q and o deltas are left out
 unless training asks for them: they cannot change a key or value the local context reads.)
 
@@ -229,17 +229,21 @@ def sink_kv(engine, ids: list[int]):
     return [(k, v) for k, v in engine.cache_kv(cache)]
 
 
-def chat_tail(engine) -> list[int]:
-    """The tokens every chat prompt of this model ends with (the close of the user turn and the opening of the
-    assistant's: the common suffix of two one-word conversations); [] without a chat template."""
+def chat_frame(engine) -> tuple[list[int], list[int]]:
+    """(head, tail): the tokens every chat prompt of this model starts with (its system turn and the opening of
+    the user turn) and ends with (the close of the user turn and the opening of the assistant's), found as the
+    common prefix and suffix of two one-word conversations; ([], []) without a chat template. The head is the sink
+    the trainer puts before the candidates, as a chat prompt's own opening is at inference."""
     if not getattr(engine, "has_chat_template", False):
-        return []
+        return [], []
     a = engine.encode_messages([{"role": "user", "content": "alpha"}], "")
     b = engine.encode_messages([{"role": "user", "content": "omega"}], "")
-    n = 0
-    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
-        n += 1
-    return a[len(a) - n:]
+    h = t = 0
+    while h < min(len(a), len(b)) and a[h] == b[h]:
+        h += 1
+    while t < min(len(a), len(b)) - h and a[-1 - t] == b[-1 - t]:
+        t += 1
+    return a[:h], a[len(a) - t:]
 
 
 def dynamic_prompt(tokens: list[int], dynamic: int, tail: list[int]) -> list[int]:
@@ -249,20 +253,6 @@ def dynamic_prompt(tokens: list[int], dynamic: int, tail: list[int]) -> list[int
     if tail and len(tokens) > len(tail) and tokens[-len(tail):] == tail:
         tokens = tokens[:-len(tail)]
     return tokens[-dynamic:]
-
-
-def chat_head(engine) -> list[int]:
-    """The tokens every chat prompt of this model starts with (its template's system turn and the opening of
-    the user turn: the common prefix of two one-word conversations); [] without a chat template. The sink
-    the trainer puts before the candidates, as a chat prompt's own opening is at inference."""
-    if not getattr(engine, "has_chat_template", False):
-        return []
-    a = engine.encode_messages([{"role": "user", "content": "alpha"}], "")
-    b = engine.encode_messages([{"role": "user", "content": "omega"}], "")
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return a[:n]
 
 
 # ---------------------------------------------------------------------- finding an engine's parameters

@@ -147,6 +147,21 @@ def test_a_prompt_that_fits_is_decoded_exactly_like_ar(eng, prompt, chat):
     assert steps[0].info["chunks"] == 0 and sum(s.forward_passes for s in steps) == 16
 
 
+def _candidates_by_hand(eng, ad, memory, lens, question, offset=0):
+    """Each chunk alone, its dynamic prompt after it, the candidate's keys re-rotated to position offset + i:
+    per chunk, [(k, v)] per layer."""
+    cands, start = [], 0
+    for i, n in enumerate(lens):
+        cache = eng.new_cache()
+        eng.forward(memory[start:start + n], cache)
+        start += n
+        with ad.applied(eng.model):
+            eng.forward(question[-ad.dynamic:], cache, positions=list(range(n, n + ad.dynamic)))
+        cands.append([(F.rerotate(eng.model, layer.keys[:, :, -1:], torch.full((1, 1), offset + i - (n + ad.dynamic - 1))),
+                       layer.values[:, :, -1:]) for layer in cache.layers])
+    return cands
+
+
 def test_first_token_from_candidates_by_hand(eng):
     """The first token equals a hand-built computation: chunks alone, candidates alone, re-rotated to
     0..n-1, then the question on top of them."""
@@ -157,17 +172,8 @@ def test_first_token_from_candidates_by_hand(eng):
     q = steps[0].info["question_tokens"]
     lens = steps[0].info["chunk_lengths"]
     memory, question = ids[:-q], ids[-q:]
-    cands = []
-    start = 0
     with torch.inference_mode():
-        for i, n in enumerate(lens):
-            cache = eng.new_cache()
-            eng.forward(memory[start:start + n], cache)
-            start += n
-            with ad.applied(eng.model):
-                eng.forward(question[-ad.dynamic:], cache, positions=list(range(n, n + ad.dynamic)))
-            cands.append([(F.rerotate(eng.model, layer.keys[:, :, -1:], torch.full((1, 1), i - (n + ad.dynamic - 1))),
-                           layer.values[:, :, -1:]) for layer in cache.layers])
+        cands = _candidates_by_hand(eng, ad, memory, lens, question)
         kv = [(torch.cat([c[li][0] for c in cands], 2), torch.cat([c[li][1] for c in cands], 2))
               for li in range(len(cands[0]))]
         logits = eng.forward(question, F.local_cache(eng, kv), positions=list(range(len(lens), len(lens) + q)))
@@ -191,17 +197,8 @@ def test_first_token_with_a_sink_by_hand(eng):
     assert s == sink_length(eng, ids[:-q]) == 1 and steps[0].forward_passes == 2
     assert s + sum(lens) + q == len(ids)
     sink, memory, question = ids[:s], ids[s:-q], ids[-q:]
-    cands, start = [], 0
     with torch.inference_mode():
-        for i, n in enumerate(lens):
-            cache = eng.new_cache()
-            eng.forward(memory[start:start + n], cache)
-            start += n
-            with ad.applied(eng.model):
-                eng.forward(question[-ad.dynamic:], cache, positions=list(range(n, n + ad.dynamic)))
-            cands.append([(F.rerotate(eng.model, layer.keys[:, :, -1:],
-                                      torch.full((1, 1), s + i - (n + ad.dynamic - 1))), layer.values[:, :, -1:])
-                          for layer in cache.layers])
+        cands = _candidates_by_hand(eng, ad, memory, lens, question, offset=s)
         scache = eng.new_cache()
         eng.forward(sink, scache)
         kv = [(torch.cat([sl.keys] + [c[li][0] for c in cands], 2), torch.cat([sl.values] + [c[li][1] for c in cands], 2))

@@ -33,7 +33,7 @@ def sink_length(engine, memory: list[int]) -> int:
     """How many of the memory's first tokens open the local context as its sink (parameters trained with one,
     paradec/focus.py `sink_kv`): the model's chat head when the prompt starts with it (what the trainer puts
     there), else the prompt's opening up to its first blank line (at most 256 tokens), else its first token."""
-    head = F.chat_head(engine)
+    head = F.chat_frame(engine)[0]
     if head and memory[:len(head)] == head and len(memory) > len(head):
         return len(head)
     return min(max(1, head_end(engine, memory, 256)), max(0, len(memory) - 1)) if memory else 0
@@ -99,7 +99,7 @@ class FocusLLM(Strategy):
         chunks, local = lay["chunks"], list(lay["question"])
         n, s = len(chunks), len(lay["sink"])
         out = run.out
-        tail = F.chat_tail(engine) if ad.meta.get("sink") else []    # parameters of the sink era skip the chat tail
+        tail = F.chat_frame(engine)[1] if ad.meta.get("sink") else []    # parameters of the sink era skip the chat tail
         info = {"chunks": n, "chunk_lengths": [len(c) for c in chunks], "window": lay["window"],
                 "question_tokens": len(local),
                 "dynamic_prompt": len(F.dynamic_prompt(local, ad.dynamic, tail)), "sink_tokens": s}

@@ -62,7 +62,7 @@ class FocusTrainConfig:
     max_docs: int = 0             # 0 = the whole corpus
     candidate_loss: float = 0.0   # weight of the auxiliary loss on the source chunk's candidate (0 = off)
     rank: int = 32                # rank of each delta (0 = full rank, the paper's; 176 MB on a 0.5B model)
-    sink: bool = True             # open every local context with the model's chat head (F.sink_kv, F.chat_head)
+    sink: bool = True             # open every local context with the model's chat head (F.sink_kv, F.chat_frame)
 
 
 def token_streams(engine, max_docs: int = 0, seed: int = 0) -> dict[str, list[int]]:
@@ -276,7 +276,7 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
     if saved is not None:
         rng.setstate(saved["rng"])
         state = saved["state"]
-    sink_ids = F.chat_head(engine) if cfg.sink else []
+    sink_ids = F.chat_frame(engine)[0] if cfg.sink else []
     sink = (sink_ids, F.sink_kv(engine, sink_ids)) if sink_ids else None
     adapter.meta["sink"] = "chat-head" if sink else None
     n_params = sum(p.numel() for p in adapter.parameters())
