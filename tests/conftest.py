@@ -53,6 +53,9 @@ def default_engine():
 
 @pytest.fixture(scope="session")
 def tiny_model_engine():
-    """paradec-tiny, the small model trained here (selectable by name): for tests that need many model calls."""
+    """paradec-tiny, the small model trained here (selectable by name): for tests that need many model calls.
+    Float32 on every machine: its tests compare batched and one-at-a-time generations token for token, which
+    holds exactly in float32, while `auto` is bf16 on a CPU with AMX/AVX512-BF16, where a batch rounds
+    differently from a single row and a near-tie of this small model can flip."""
     from paradec.engine import Engine
-    return Engine.load("paradec-tiny")
+    return Engine.load("paradec-tiny", dtype="float32")

@@ -125,7 +125,7 @@ def test_a_peer_engine_runs_in_the_same_bench_run(model_dir, tmp_path):
         db = tmp_path / "p.db"
         p = _cli("bench", "--model", str(model_dir), "--suite", "qa", "--limit", "3", "--strategies", "ar,pld",
                  "--peer", f"remote={srv.url}", "--peer", f"remote-pld=pld@{srv.url}", "--max-new-tokens", "12",
-                 "--no-roofline", "--db", str(db), "--json")
+                 "--no-roofline", "--dtype", "float32", "--db", str(db), "--json")   # the server's random model is fp32
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err[-3000:]
         res = json.loads(out.strip().splitlines()[-1])
