@@ -33,12 +33,17 @@ def main(argv=None) -> int:
     e.forward(ctx, cache, logits_to_keep=1)
     if args.compare:
         return compare(args, e, cache, g)
-    print(f"{e.name} {str(e.dtype).replace('torch.', '')} on {e.device}, {torch.get_num_threads()} threads, "
-          f"context {args.context}")
+    import datetime as dt
     costs = curve(e, cache, args.context, [int(x) for x in args.tokens.split(",")], args.repeats, g)
     base = next(iter(costs.values()))
-    for T, best in costs.items():
-        print(f"  T={T:3d}: {1000 * best:7.1f} ms  ({best / base:.2f}x one token)")
+    print(f"`python evals/forward_cost.py --dtype {args.dtype}` ({dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC, "
+          f"{cpu_name() if e.device.type == 'cpu' else e.device}, {torch.get_num_threads()} threads; {e.name} in "
+          f"{str(e.dtype).replace('torch.', '')} on {e.device}, context {args.context}, best of {args.repeats}):")
+    print()
+    print("| new tokens in the pass | " + " | ".join(str(T) for T in costs) + " |")
+    print("|---|" + "---|" * len(costs))
+    print("| ms | " + " | ".join(f"{1000 * c:.1f}" for c in costs.values()) + " |")
+    print("| × one token | " + " | ".join(f"{c / base:.2f}" for c in costs.values()) + " |")
     return 0
 
 

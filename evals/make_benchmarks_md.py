@@ -459,6 +459,17 @@ def default_part() -> str:
         sot_rows = ("| strategy | speed-up vs ar (tokens/s) | end-to-end speed-up | ROUGE-L vs ar |\n|---|---|---|---|\n"
                     + sot_rows)
     machine = bullet(f"default-{have[0]}.md", "machine")
+    if "bfloat16" in machine:
+        dtype_note = ("The CPU does bf16 matrix work in hardware (AMX-BF16), so `--dtype auto` runs bfloat16: the regime "
+                      "where a pass over a few drafted tokens costs about what a one-token pass does (table below).")
+    else:
+        dtype_note = ("The CPU has AVX2 only (no AMX, no AVX512-BF16), so `--dtype auto` runs float32 (bf16 matmuls "
+                      "are emulated there).")
+    bf16_costs = ""
+    if (B / "forward_cost_bf16.md").exists():
+        bf16_costs = ("**Pass costs in bfloat16 on a CPU with AMX** (`python evals/forward_cost.py --dtype bfloat16`; "
+                      "paradec's W @ xᵀ kernels are for float32 only, bf16 goes through oneDNN):\n\n"
+                      + section("forward_cost_bf16.md") + "\n")
     date = bullet(f"default-{have[0]}.md", "date")
     summary = "\n".join(lines)
     runs = "\n".join(section(f"default-{s}.md") for s in have)
@@ -484,8 +495,8 @@ on held-out training prompts, not on the suites (`python evals/ptp_tune.py`):
 """
     return f"""**Machine**: {machine}. **Date**: {date}. One `bench` run per suite, all strategies of a suite in
 the same run (`bash evals/run_benchmarks.sh default` with `N_DEFAULT` = the first N items of each suite; greedy, 64
-new tokens, no perplexity pass; *n* counts generations per strategy, a conversation item holding several turns). The
-CPU has AVX2 only (no AMX, no AVX512-BF16), so `--dtype auto` runs float32 (bf16 matmuls are emulated there).
+new tokens, no perplexity pass; *n* counts generations per strategy, a conversation item holding several turns).
+{dtype_note}
 {("Suites not re-run on the code as it stands (their figures are in git history): " + ", ".join(missing) + ".") if missing else ""}
 
 {summary}
@@ -494,7 +505,7 @@ Over the {len(have)} suites: `ar` ÷ `hf-generate` tokens/s between **{min(gen_r
 **{max(gen_ratios):.2f}** (goal ≥ 1.0); `ar` at **{min(fracs) if fracs else '?'}–{max(fracs) if fracs else '?'}%**
 of the read-bandwidth roofline measured in the same run (goal ≥ 80%); **{mism_total}** lossless mismatches.
 
-**Pass costs on this CPU.** In float32 on AVX2 torch's `F.linear` (x @ Wᵀ) packs every weight before a GEMM of a
+{bf16_costs}**Pass costs in float32 on an AVX2 CPU** (AMD EPYC, where this page's earlier runs were taken). In float32 on AVX2 torch's `F.linear` (x @ Wᵀ) packs every weight before a GEMM of a
 few rows, so the weights cross memory more than once; paradec's engine now computes passes of 2–64 rows as W @ xᵀ
 (`paradec/kernels.py`), which streams each weight once. The table shows both, measured in one process
 (`python evals/forward_cost.py --compare`). Some widths are not stable run to run: a 4-token pass took 0.9
