@@ -311,6 +311,9 @@ def result_row(lane, request: Request, *, item_key, category: str, strategy: str
                                      text_only=remote))
         if perplexity and lane.token_ids and engine is not None and not remote:
             q["perplexity"] = quality.perplexity(engine, engine.encode(request), lane.token_ids)
+        if q["lossless_strategy"] and q.get("exact_match") is False and engine is not None and not remote:
+            q["divergence"] = quality.divergence_margin(engine, engine.encode(request), ar[0], lane.token_ids,
+                                                        q.get("diverges_at"))
     q.update(scores or {})
     facts = {k: lane.info[k] for k in LANE_FACTS if k in lane.info} | (meta or {})
     return dict(item_key=str(item_key), category=category, strategy=strategy, repeat=repeat, turn=turn,
@@ -385,6 +388,29 @@ def markdown(rows: list[dict], title: str = "") -> str:
         f"{'–' if r['lossless_mismatches'] is None else r['lossless_mismatches']} | {r['n']} |\n"
         for r in rows)
     return (f"{title}\n\n" if title else "") + head + body
+
+
+def mismatch_lines(df) -> str:
+    """One Markdown bullet per lossless mismatch of a results frame: strategy, item, the first differing token
+    and how close the model's choice was there (`quality.divergence_margin`), so a reader can tell rounding at
+    a near-tie from a disagreement. Empty when there is none."""
+    out = []
+    if df is None or len(df) == 0 or "quality" not in df:
+        return ""
+    for _, r in df.iterrows():
+        q = r["quality"] or {}
+        if not (q.get("lossless_strategy") and q.get("exact_match") is False):
+            continue
+        d = q.get("divergence") or {}
+        where = f"token {q.get('diverges_at')}"
+        how = (f": logit margin {d['logit_margin']:.3f} (p {d['p_ar']:.3f} for ar's token, {d['p_other']:.3f} for "
+               f"{_cell(r['strategy'])}'s)") if d else ""
+        out.append(f"- {_cell(r['strategy'])}, item {_cell(r['item_key'])} (turn {r.get('turn', 0)}): first differs at "
+                   f"{where}{how}")
+    if not out:
+        return ""
+    return "Lossless mismatches (where greedy output first differs from ar's, and the model's margin there):\n\n" \
+        + "\n".join(out) + "\n"
 
 
 def _prompt_tokens(engine, item: BenchItem | None, row, ar_texts: dict) -> int:

@@ -277,6 +277,7 @@ def _bench(args) -> int:
         print(B.markdown(rows))
         if roof:
             print(B.roofline_line(roof))
+        print(B.mismatch_lines(df))
     if args.markdown:
         from .engine import cpu_name
         env = store.get_run(run_id)["environment"]
@@ -291,7 +292,8 @@ def _bench(args) -> int:
                 f"- settings: max_new_tokens {settings.max_new_tokens}, temperature {settings.temperature}, "
                 f"repeats {settings.repeats}, prompts {len(items)}\n"
                 + (f"- roofline: {B.roofline_line(roof)}\n" if roof else ""))
-        Path(args.markdown).write_text(B.markdown(rows, head))
+        mism = B.mismatch_lines(df)
+        Path(args.markdown).write_text(B.markdown(rows, head) + (f"\n{mism}" if mism else ""))
         print(f"wrote {args.markdown}", file=sys.stderr)
     return 0
 

@@ -8,6 +8,9 @@
 * `first_divergence(ids, ref_ids)` - the index of the first differing token (None when identical).
 * `perplexity(engine, prompt_ids, output_ids)` - exp(mean NLL of the output tokens given the prompt),
   from one forward pass of the engine's model.
+* `divergence_margin(engine, prompt_ids, ar_ids, other_ids, at)` - at a lossless strategy's first differing
+  token, the model's logit of ar's token minus that of the other's (one forward pass): rounding at a near-tie,
+  or a real disagreement.
 * `point_coverage(candidate, reference)` - the share of the reference's list points (numbered or bulleted
   lines) that the candidate covers: a reference point counts as covered when at least half of its heading's
   content words (5-letter stems) occur in one of the candidate's points. None unless the reference has at
@@ -25,6 +28,8 @@ The stored schema (results.quality), one for every producer (bench, the Arena, t
   diverges_at          index of the first token that differs from ar's, None when identical; present
                        whenever exact_match compares token ids
   rouge_l_vs_ar, bleu_vs_ar, point_coverage_vs_ar, rouge_l_vs_ref, bleu_vs_ref, contains_ref   (see above)
+  divergence           {at, logit_margin, p_ar, p_other} where a lossless strategy's answer differs from
+                       ar's (in-process engines only)
   perplexity, lossless_strategy, status, finish_reason, and a task's own scores (e.g. `correct`, or
   `code_parses` / `passes_tests` for a code item): added by the row builder
 
@@ -128,6 +133,27 @@ def contains(candidate: str | None, reference: Reference) -> float | None:
     if candidate is None or not alts:
         return None
     return float(any(a in candidate for a in alts))
+
+
+def divergence_margin(engine, prompt_ids, ar_ids, other_ids, at: int) -> dict | None:
+    """Where a lossless strategy's greedy output first differs from ar's (index `at`), how close the model's
+    choice was: one forward pass over the prompt and ar's first `at` tokens, then the logit of ar's token minus
+    the logit of the other's, and both probabilities. A margin of a rounding step or two (bf16 keeps 8
+    significant bits: 0.125 at a logit of 16-32) says the pass width changed the rounding at a near-tie - a
+    multi-token verification pass accumulates its matmuls in another order than ar's one-token pass - not that
+    the strategy picked a token the model did not prefer. None when there is no such position."""
+    import torch
+
+    if at is None or at >= min(len(ar_ids), len(other_ids)):
+        return None
+    ids = [int(t) for t in prompt_ids] + [int(t) for t in ar_ids[:at]]
+    ctx = int(getattr(engine, "context_length", 0) or 0)
+    if ctx and len(ids) > ctx:
+        ids = ids[-ctx:]
+    logits = engine.forward(ids, logits_to_keep=1)[0, -1].float()
+    p = torch.softmax(logits, -1)
+    a, o = int(ar_ids[at]), int(other_ids[at])
+    return {"at": at, "logit_margin": float(logits[a] - logits[o]), "p_ar": float(p[a]), "p_other": float(p[o])}
 
 
 def perplexity(engine, prompt_ids, output_ids) -> float | None:

@@ -54,6 +54,32 @@ def test_a_lanes_row_carries_its_figures_and_the_one_quality_schema(tiny_engine)
     assert other["correct"] is True
 
 
+def test_a_lossless_mismatch_carries_the_models_margin_where_it_diverged(tiny_engine):
+    """A lossless lane whose greedy ids differ from ar's gets `divergence`: at the first differing token, the
+    model's logit of ar's (greedy) token minus the other's, from one scoring pass; bench's Markdown lists it."""
+    import torch
+    ar = run_alone(tiny_engine, "ar", REQ)
+    pld = run_alone(tiny_engine, "pld", REQ)
+    at = 5
+    fake_ar = ar.token_ids[:at] + [(ar.token_ids[at] + 1) % len(tiny_engine.tokenizer)] + ar.token_ids[at + 1:]
+    row = B.result_row(pld, REQ, item_key="x", category="code", ar=(fake_ar, ar.text), engine=tiny_engine)
+    q = row["quality"]
+    assert q["exact_match"] is False and q["diverges_at"] == at
+    d = q["divergence"]
+    logits = tiny_engine.forward(tiny_engine.encode(REQ) + ar.token_ids[:at], logits_to_keep=1)[0, -1].float()
+    assert d["at"] == at and d["logit_margin"] == pytest.approx(float(logits[fake_ar[at]] - logits[ar.token_ids[at]]),
+                                                                 abs=1e-4)
+    assert d["logit_margin"] < 0 and d["p_other"] > d["p_ar"]      # the lane kept the model's greedy token
+    assert int(torch.argmax(logits)) == ar.token_ids[at]
+    text = B.mismatch_lines(pd.DataFrame([{**row, "turn": 0}]))
+    assert "pld, item x (turn 0): first differs at token 5: logit margin -" in text
+    # identical answers, and a peer's difference, carry none
+    same = B.result_row(pld, REQ, item_key="x", category="code", ar=(ar.token_ids, ar.text), engine=tiny_engine)
+    assert "divergence" not in same["quality"]
+    peer = B.result_row(pld, REQ, item_key="x", category="code", ar=(fake_ar, ar.text), engine=tiny_engine, peer=True)
+    assert "divergence" not in peer["quality"] and B.mismatch_lines(pd.DataFrame([{**peer, "turn": 0}])) == ""
+
+
 def test_text_only_comparison_and_old_rows_in_the_new_schema():
     q = quality.quality_row("same", [0, 0], ar_text="same", ar_ids=[1, 2], text_only=True)
     assert q["exact_match"] is True and "diverges_at" not in q
