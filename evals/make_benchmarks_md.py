@@ -492,6 +492,7 @@ blocks), {pc.get('train_minutes')} min of training on this CPU. Held-out tokens 
 on held-out training prompts, not on the suites (`python evals/ptp_tune.py`):
 
 {section("ptp_tune.md") if (B / "ptp_tune.md").exists() else ""}
+{section("ptp_tune_bf16.md") if (B / "ptp_tune_bf16.md").exists() else ""}
 """
     return f"""**Machine**: {machine}. **Date**: {date}. One `bench` run per suite, all strategies of a suite in
 the same run (`bash evals/run_benchmarks.sh default` with `N_DEFAULT` = the first N items of each suite; greedy, 64
