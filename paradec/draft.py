@@ -131,8 +131,7 @@ class Draft:
         model.lm_head = TrimmedHead(rows, kept_t, engine.vocab_size)
         model.to(engine.device).eval()
         from . import kernels
-        if kernels.wanted(engine.device, engine.dtype):
-            kernels.stream_linears(model)
+        kernels.apply(model, engine.device, engine.dtype)
         return cls(engine, model, kept, sources)
 
     @classmethod

@@ -158,8 +158,7 @@ def load_model(spec=None, device: str | None = None, dtype: str | None = None, t
         raise ModelError(f"{path} has no usable tokenizer")
     model.to(device_t).eval()
     from . import kernels
-    if kernels.wanted(device_t, dtype_t):
-        kernels.stream_linears(model)       # few-row passes stream each weight once (paradec/kernels.py)
+    kernels.apply(model, device_t, dtype_t)     # few-row CPU passes: streamed fp32, packed bf16 (paradec/kernels.py)
     return model, tok
 
 

@@ -8,12 +8,22 @@ W @ x^T (M = out rows, N = T columns) is the shape BLAS streams the weight throu
 (4864 x 896) projection over 4 rows takes 1.2 ms instead of 3.0 ms, and the 151,936-row LM head over 4 rows
 36 ms instead of 118 ms. That is the regime every verify-many-drafts strategy relies on.
 
+In bfloat16 on a CPU with AMX, torch's `F.linear` hands oneDNN a plain weight, which it lays out for its AMX
+kernels again at every call. `pack_linears(model)` keeps each weight in oneDNN's own layout instead (laid out
+once, on first use, and again whenever the weight changes) and multiplies through it: on an Intel Xeon with
+AMX-BF16 the (4864 x 896) projection over 1-16 rows takes 0.31 ms instead of 0.44 ms, the LM head 13 ms instead
+of 18 ms. The products are row-independent (a row's result does not depend on how many rows share the pass).
+
+`apply(model, device, dtype)` picks what fits the pair (streamed float32, packed bfloat16, or nothing).
+
 `stream_linears(model)` switches a model's nn.Linear modules to it for inference passes of 2..`max_rows` rows
 (training, with gradients, keeps `F.linear`; one row keeps `F.linear`, which is as fast there). The result
 equals F.linear's up to float summation order. Forward hooks (PTP's gated LoRA) still run: only the module's
 `forward` is replaced.
 """
 from __future__ import annotations
+
+import copy
 
 import torch
 from torch import nn
@@ -69,6 +79,73 @@ def unstream_linears(model: nn.Module) -> None:
 
 
 def wanted(device: torch.device, dtype: torch.dtype) -> bool:
-    """Where the streamed form has been measured to win: float32 on a CPU. (bf16 on AMX goes through oneDNN's
-    own kernels, not measured here, so it stays on F.linear.)"""
+    """Where the streamed form has been measured to win: float32 on a CPU."""
     return device.type == "cpu" and dtype == torch.float32
+
+
+# ---------------------------------------------------------------- bf16: weights in oneDNN's layout
+
+_PACK_TAG = "_paradec_packed"
+
+
+def packing_available() -> bool:
+    """torch was built with oneDNN and has its prepacked-linear operators."""
+    ops = getattr(torch.ops, "mkldnn", None)
+    return bool(torch.backends.mkldnn.is_available() and ops is not None
+                and hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise"))
+
+
+class _Packed:
+    """A linear's forward through its weight in oneDNN's layout, for bf16 inference on a CPU; anything else
+    (gradients, another dtype or device) goes through F.linear. The packed copy is made on first use and again
+    when the weight tensor or its version changes (an in-place update)."""
+
+    def __init__(self, mod: nn.Linear):
+        self.mod, self.tag, self.packed = mod, None, None
+
+    def __deepcopy__(self, memo):                # a copied module packs its own weights
+        return _Packed(copy.deepcopy(self.mod, memo))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        w, b = self.mod.weight, self.mod.bias
+        if (torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != torch.bfloat16
+                or w.dtype != torch.bfloat16 or x.numel() == 0 or (b is not None and b.dtype != torch.bfloat16)):
+            return F.linear(x, w, b)
+        tag = (w.data_ptr(), w._version)
+        if tag != self.tag:
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), 1)
+            self.tag = tag
+        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), self.packed,
+                                               None if b is None else b.detach(), "none", [], "")
+        return y.view(*x.shape[:-1], w.shape[0])
+
+
+def pack_linears(model: nn.Module) -> int:
+    """Use `_Packed` in every nn.Linear of `model` (idempotent). Returns how many were switched."""
+    n = 0
+    for mod in model.modules():
+        if type(mod) is nn.Linear and not getattr(mod, _PACK_TAG, False):
+            mod.forward = _Packed(mod)
+            setattr(mod, _PACK_TAG, True)
+            n += 1
+    return n
+
+
+def unpack_linears(model: nn.Module) -> None:
+    """Undo `pack_linears` (back to nn.Linear.forward; the packed copies are freed)."""
+    for mod in model.modules():
+        if getattr(mod, _PACK_TAG, False):
+            del mod.forward
+            setattr(mod, _PACK_TAG, False)
+
+
+def apply(model: nn.Module, device: torch.device, dtype: torch.dtype) -> str | None:
+    """The few-row kernels that fit (device, dtype): 'streamed' for float32 on a CPU, 'packed' for bfloat16 on a
+    CPU whose torch has oneDNN's prepacked linear; None elsewhere (CUDA, MPS, float16)."""
+    if wanted(device, dtype):
+        stream_linears(model)
+        return "streamed"
+    if device.type == "cpu" and dtype == torch.bfloat16 and packing_available():
+        pack_linears(model)
+        return "packed"
+    return None

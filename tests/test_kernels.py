@@ -61,3 +61,60 @@ def test_a_deep_copy_of_a_streamed_linear_uses_its_own_weights():
         x = torch.randn(3, 8)
         assert torch.equal(twin(x), torch.ones(3, 5))
         torch.testing.assert_close(lin(x), x @ lin.weight.T + lin.bias)
+
+
+# ---------------------------------------------------------------- bf16: weights in oneDNN's layout
+needs_packing = __import__("pytest").mark.skipif(not kernels.packing_available(),
+                                                  reason="this torch has no oneDNN prepacked linear")
+
+
+@needs_packing
+def test_a_packed_bf16_linear_matches_f_linear_and_is_row_independent():
+    g = torch.Generator().manual_seed(1)
+    lin = nn.Linear(96, 200).to(torch.bfloat16)
+    assert kernels.pack_linears(lin) == 1 and kernels.pack_linears(lin) == 0       # idempotent
+    x = torch.randn(1, 16, 96, generator=g).to(torch.bfloat16)
+    with torch.no_grad():
+        got = lin(x)
+        want = nn.functional.linear(x, lin.weight, lin.bias)
+        assert got.shape == want.shape and got.dtype == torch.bfloat16
+        torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+        for rows in (1, 2, 5):               # a row's result does not depend on how many rows share the pass
+            assert torch.equal(lin(x[:, :rows])[0], got[0, :rows])
+        lin.weight.mul_(2.0)                 # an in-place update is packed again
+        torch.testing.assert_close(lin(x).float(), nn.functional.linear(x, lin.weight, lin.bias).float(),
+                                   rtol=2e-2, atol=2e-2)
+    kernels.unpack_linears(lin)
+    assert "forward" not in lin.__dict__
+
+
+@needs_packing
+def test_a_packed_linear_keeps_gradients_hooks_and_its_own_copy():
+    import copy
+    lin = nn.Linear(8, 5).to(torch.bfloat16)
+    kernels.pack_linears(lin)
+    x = torch.randn(3, 8, dtype=torch.bfloat16, requires_grad=True)
+    lin(x).float().sum().backward()                        # training goes through F.linear
+    assert x.grad is not None and lin.weight.grad is not None
+    twin = copy.deepcopy(lin)
+    with torch.no_grad():
+        y = lin(x)
+        twin.weight.zero_()
+        twin.bias.fill_(1.0)
+        assert torch.equal(twin(x), torch.ones(3, 5, dtype=torch.bfloat16))
+        assert torch.equal(lin(x), y)
+    h = lin.register_forward_hook(lambda _m, _i, out: out + 100.0)
+    with torch.no_grad():
+        assert (lin(x).float() > 50).all()
+    h.remove()
+
+
+@needs_packing
+def test_a_loaded_cpu_bf16_model_is_packed_and_decodes_the_same(model_dir):
+    e = Engine.load(str(model_dir), device="cpu", dtype="bfloat16")
+    assert all(getattr(m, kernels._PACK_TAG, False) for m in e.model.modules() if type(m) is nn.Linear)
+    ids = list(range(5, 30))
+    packed = e.forward(ids, e.new_cache(), logits_to_keep=len(ids))
+    kernels.unpack_linears(e.model)
+    plain = e.forward(ids, e.new_cache(), logits_to_keep=len(ids))
+    torch.testing.assert_close(packed, plain, rtol=5e-2, atol=5e-2)
