@@ -205,3 +205,35 @@ def test_old_database_gains_new_columns(tmp_path):
     rid = _run(s)
     assert s.get_run(rid)["strategies"] == ["ar", "pld"]
     s.close()
+
+
+def test_make_reference_add_appends_runs_with_their_sets_and_results(tmp_path):
+    """`python -m evals.make_reference --add SRC DST`: every run of SRC lands in DST under new ids, with its eval
+    set, items and results pointing at the new ids; DST's own runs stay; a missing DST is refused."""
+    from evals import make_reference as MR
+
+    def filled(path, names):
+        s = Store(f"sqlite:///{path}")
+        for name in names:
+            sid = s.save_eval_set(_set(["a", "b"]), name=f"set of {name}")
+            rid = s.create_run("bench", name=name, model="m", device="cpu", dtype="bfloat16", eval_set_id=sid)
+            for item in ("a", "b"):
+                s.add_result(rid, item_key=item, category="c", strategy="ar", text=f"{name}/{item}", n_tokens=3,
+                             forward_passes=3, tokens_per_s=1.0)
+            s.finish_run(rid)
+        s.close()
+        return path
+    dst = filled(tmp_path / "ref.db", ["old-1", "old-2"])
+    src = filled(tmp_path / "bench.db", ["new-1"])
+    assert MR.main(["--add", str(src), str(dst)]) == 0
+    s = Store(f"sqlite:///{dst}")
+    runs = {r["name"]: r for r in s.list_runs()}
+    assert set(runs) == {"old-1", "old-2", "new-1"} and len({r["id"] for r in runs.values()}) == 3
+    new = runs["new-1"]
+    assert sorted(r["text"] for r in s.get_results(new["id"])) == ["new-1/a", "new-1/b"]
+    assert sorted(r["text"] for r in s.get_results(runs["old-1"]["id"])) == ["old-1/a", "old-1/b"]
+    sets = {e["name"]: e["id"] for e in s.list_eval_sets()}
+    assert s.get_run(new["id"])["eval_set_id"] == sets["set of new-1"]
+    assert [i["item_id"] for i in s.get_eval_set_items(sets["set of new-1"])] == ["a", "b"]
+    s.close()
+    assert MR.main(["--add", str(src), str(tmp_path / "none.db")]) == 2
