@@ -403,3 +403,18 @@ def test_longcontext_strategy_specs_carry_parameters(tiny_engine):
     lane = lc.run_strategy(tiny_engine, "ape+temperature=1+scale=1", req, window=128)
     assert lane.name == "ape+temperature=1+scale=1" and lane.params == {"temperature": 1, "scale": 1}
     assert not lane.error and lane.info["chunks"] >= 2
+
+
+def test_the_lud_sweep_table_names_its_runs_machine_and_dtype(tmp_path):
+    from paradec.engine import cpu_name
+    from paradec.training import lud_train
+    db = tmp_path / "s.db"
+    s = Store(f"sqlite:///{db}")
+    ids = [s.create_run("bench", name=f"lud-sweep code k=2 {t}", model="qwen", device="cpu", dtype="bfloat16")
+           for t in (0.7, 0.9)]
+    s.close()
+    head = lud_train.sweep_head([{"run": i} for i in ids], str(db))
+    assert head.startswith(f"Runs {ids[0]}-{ids[1]}, ") and cpu_name() in head and "cpu, bfloat16" in head
+    assert "model qwen" in head
+    assert lud_train.sweep_head([{"run": 1}], str(tmp_path / "none.db")) == ""
+    assert not (tmp_path / "none.db").exists()

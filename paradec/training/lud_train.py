@@ -587,6 +587,28 @@ def sweep_markdown(rows: list[dict], head: str = "") -> str:
     return "\n".join(out) + "\n"
 
 
+def sweep_head(rows: list[dict], db=None) -> str:
+    """The sweep table's first line: when its runs were taken, on which machine (this one: the sweep's bench runs
+    are its subprocesses) and in which device and dtype (as stored with the runs)."""
+    from ..engine import cpu_name
+    from ..store import Store, _normalise_url
+    url = _normalise_url(db)
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
+        return ""                                   # no such database (nothing to read, nothing to create)
+    store = Store(url)
+    try:
+        runs = [store.get_run(int(r["run"])) for r in rows if r.get("run") is not None]
+    finally:
+        store.close()
+    runs = [r for r in runs if r]
+    if not runs:
+        return ""
+    kinds = sorted({f"{r['device']}, {r['dtype']}" for r in runs})
+    first, last = (min(r["created_at"] for r in runs), max(r["created_at"] for r in runs))
+    return (f"Runs {runs[0]['id']}-{runs[-1]['id']}, {first:%Y-%m-%d %H:%M}-{last:%H:%M} UTC, {cpu_name()}, "
+            f"{'; '.join(kinds)}, model {runs[0]['model']}:")
+
+
 def sweep_main(argv: list[str]) -> int:
     """`python -m paradec.training.lud_train sweep`: one `paradec bench` run (ar + lud) per suite and threshold,
     stored in the app's database unless --db says otherwise (each lud result keeps its threshold, so the
@@ -643,7 +665,7 @@ def sweep_main(argv: list[str]) -> int:
                          "passes_ar": ar.get("passes_tests"), "passes_lud": lud.get("passes_tests"),
                          "n": lud["n"]})
             print(json.dumps(rows[-1]), file=sys.stderr)
-    md = sweep_markdown(rows)
+    md = sweep_markdown(rows, sweep_head(rows, args.db))
     print(md)
     from ..store import default_url
     print(f"runs {', '.join(str(r['run']) for r in rows)} stored in {args.db or default_url()}: the Dashboard's "
