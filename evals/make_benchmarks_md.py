@@ -153,14 +153,14 @@ def lud_default_part() -> str:
     if (B / "lud-default-code256.md").exists():
         long_code = f"""
 At 80 tokens most code answers are cut off inside the function (even `ar`'s pass none of the suite's checks), so
-the code suite was run once more with room to finish (`python -m paradec.training.lud_train sweep --suites code
+the code suite was run once more with room to finish (on the earlier machine: AMD EPYC, AVX2, float32, run 42) (`python -m paradec.training.lud_train sweep --suites code
 --configs 2:0.9 --limit 4 --max-new-tokens 256 --db data/bench.db`):
 
 {(B / "lud-default-code256.md").read_text().strip()}
 """
     return f"""Parameters shipped in `data/adapters/qwen2.5-coder-0.5b-instruct/lud/` (card beside them): k = {cfg['k']}
 (1 real + {cfg['k'] - 1} pad slots), rank {cfg['rank']}, lexical-unit alpha {cfg['alpha']}, {tr.get('steps_done')} steps of
-{tc.get('batch')} windows in {(tr.get('train_time_s') or 0) / 60:.0f} min on this CPU, data: the model's own answers to
+{tc.get('batch')} windows in {(tr.get('train_time_s') or 0) / 60:.0f} min on the training machine (AMD EPYC, float32; its card), data: the model's own answers to
 the training prompt set (`--data teacher`, disjoint from the suites).
 
 Held-out, teacher-forced (the model's greedy answers to {tr.get('heldout_rows')} held-out prompts; at every answer
@@ -181,12 +181,15 @@ points of `ar`'s), the best configuration per suite (one that meets the bar if a
 |---|---|---|---|---|---|---|
 """ + "\n".join(verdicts) + """
 
-What limits it, from the figures above: where LUD keeps `ar`'s text (threshold 0.9: ROUGE-L 1.000 and the same
-perplexity on the natural-language suites) it accepts a pad token at 1-6% of the passes there, so a pass of 2-3
-tokens, which costs 1.00-1.32 one-token passes on this CPU (docs/bench/forward_cost.md, draft_cost.md), does not
-pay; where it accepts more (threshold 0.7, code-edit 1.58 tokens/pass) its wrong tokens change the answer. The
-held-out table says the same: at thresholds that keep wrong steps at or under 1% the parameters reach at most
-1.17-1.20 tokens per pass. k=5 (passes of 5-9 tokens, 1.2-1.9 one-token passes) is slower than k=2 everywhere.
+What limits it. In the bf16 sweep above (Intel Xeon with AMX-BF16) a pass over 2-5 tokens costs 1.06-1.13
+one-token passes of the bare model (docs/bench/forward_cost_bf16.md), yet `lud` runs at 0.55-0.86× `ar` wherever it
+keeps `ar`'s text (tokens/pass 0.99-1.18): its pass pays for 168 gated LoRA hooks (a few small products each, on 2
+cores a fixed cost of roughly 50-80 µs per product), the pad embeddings and the STOP column, which the wider pass does
+not buy back when a pad token is accepted at only 0-18% of the passes. Where it accepts more (threshold 0.7,
+code-edit 1.80 tokens/pass, 1.11×) its wrong tokens change the answer (ROUGE-L vs `ar` 0.81). The held-out table says
+the same: at thresholds that keep wrong steps at or under 1% the parameters reach at most 1.17-1.20 tokens per pass.
+The earlier float32 sweep on an AMD EPYC (AVX2; git history of docs/bench/lud-default.md) found the same shape:
+0.95-0.96× at threshold 0.9 on natural language, 1.31× on code-edit at 0.7 with ROUGE-L 0.858.
 """
 
 
@@ -459,6 +462,15 @@ def default_part() -> str:
         sot_rows = ("| strategy | speed-up vs ar (tokens/s) | end-to-end speed-up | ROUGE-L vs ar |\n|---|---|---|---|\n"
                     + sot_rows)
     machine = bullet(f"default-{have[0]}.md", "machine")
+    margins = [abs(float(m)) for suite in have
+               for m in re.findall(r"logit margin (-?[0-9.]+)", (B / f"default-{suite}.md").read_text())]
+    margin_note = ""
+    if margins:
+        margin_note = (f" Each is listed under its run below with the model's logit margin where it first differs "
+                       f"from `ar`: {len(margins)} of them, the largest |margin| **{max(margins):.3f}** "
+                       f"({sum(m == 0 for m in margins)} exact ties), i.e. within a rounding step or two of bf16 at "
+                       f"logits of 16-32 (0.125): the multi-token passes round a near-tie the other way from `ar`'s "
+                       f"one-token pass (and `hf-generate`'s, which always agrees with `ar`), not a wrong pick.")
     if "bfloat16" in machine:
         dtype_note = ("The CPU does bf16 matrix work in hardware (AMX-BF16), so `--dtype auto` runs bfloat16: the regime "
                       "where a pass over a few drafted tokens costs about what a one-token pass does (table below).")
@@ -508,7 +520,7 @@ new tokens, no perplexity pass; *n* counts generations per strategy, a conversat
 
 Over the {len(have)} suites: `ar` ÷ `hf-generate` tokens/s between **{min(gen_ratios):.2f}** and
 **{max(gen_ratios):.2f}** (goal ≥ 1.0); `ar` at **{min(fracs) if fracs else '?'}–{max(fracs) if fracs else '?'}%**
-of the read-bandwidth roofline measured in the same run (goal ≥ 80%); **{mism_total}** lossless mismatches.
+of the read-bandwidth roofline measured in the same run (goal ≥ 80%); **{mism_total}** lossless mismatches.{margin_note}
 
 {bf16_costs}**Pass costs in float32 on an AVX2 CPU** (AMD EPYC, where this page's earlier runs were taken). In float32 on AVX2 torch's `F.linear` (x @ Wᵀ) packs every weight before a GEMM of a
 few rows, so the weights cross memory more than once; paradec's engine now computes passes of 2–64 rows as W @ xᵀ
