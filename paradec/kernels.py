@@ -24,6 +24,7 @@ equals F.linear's up to float summation order. Forward hooks (PTP's gated LoRA) 
 from __future__ import annotations
 
 import copy
+import os
 
 import torch
 from torch import nn
@@ -145,7 +146,30 @@ def apply(model: nn.Module, device: torch.device, dtype: torch.dtype) -> str | N
     if wanted(device, dtype):
         stream_linears(model)
         return "streamed"
-    if device.type == "cpu" and dtype == torch.bfloat16 and packing_available():
+    if device.type == "cpu" and dtype == torch.bfloat16 and packing_available() and packed_copy_fits(model):
         pack_linears(model)
         return "packed"
     return None
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the system reports available now (None where it cannot say)."""
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def packed_copy_fits(model: nn.Module, available: int | None = ...) -> bool:
+    """The packed weights are a second copy of every linear's weight (made as each is first used): pack only when
+    that copy takes at most half of the memory available now, so a large model is not pushed out of memory
+    (it then runs through F.linear, slower but whole)."""
+    need = sum(m.weight.numel() * m.weight.element_size() for m in model.modules() if type(m) is nn.Linear)
+    free = available_memory() if available is ... else available
+    return free is None or need <= free // 2

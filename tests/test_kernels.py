@@ -118,3 +118,11 @@ def test_a_loaded_cpu_bf16_model_is_packed_and_decodes_the_same(model_dir):
     kernels.unpack_linears(e.model)
     plain = e.forward(ids, e.new_cache(), logits_to_keep=len(ids))
     torch.testing.assert_close(packed, plain, rtol=5e-2, atol=5e-2)
+
+
+@needs_packing
+def test_packing_is_skipped_when_the_copy_would_not_fit_in_memory():
+    lin = nn.Linear(100, 50).to(torch.bfloat16)                 # 10,000 bytes of weight
+    assert kernels.packed_copy_fits(lin, available=20_000) and not kernels.packed_copy_fits(lin, available=19_999)
+    assert kernels.packed_copy_fits(lin, available=None)       # the system cannot say: pack
+    assert kernels.available_memory() is None or kernels.available_memory() > 0
