@@ -33,18 +33,27 @@ def main(argv=None) -> int:
     e.forward(ctx, cache, logits_to_keep=1)
     if args.compare:
         return compare(args, e, cache, g)
-    import datetime as dt
     costs = curve(e, cache, args.context, [int(x) for x in args.tokens.split(",")], args.repeats, g)
-    base = next(iter(costs.values()))
-    print(f"`python evals/forward_cost.py --dtype {args.dtype}` ({dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC, "
-          f"{cpu_name() if e.device.type == 'cpu' else e.device}, {torch.get_num_threads()} threads; {e.name} in "
-          f"{str(e.dtype).replace('torch.', '')} on {e.device}, context {args.context}, best of {args.repeats}):")
-    print()
-    print("| new tokens in the pass | " + " | ".join(str(T) for T in costs) + " |")
-    print("|---|" + "---|" * len(costs))
-    print("| ms | " + " | ".join(f"{1000 * c:.1f}" for c in costs.values()) + " |")
-    print("| × one token | " + " | ".join(f"{c / base:.2f}" for c in costs.values()) + " |")
+    print_table(f"--dtype {args.dtype}", e, args, [("", costs)])
     return 0
+
+
+def print_table(flags: str, e, args, rows: list[tuple[str, dict[int, float]]]) -> None:
+    """The Markdown block BENCHMARKS.md shows: a header naming the command, machine and model, then per labelled
+    curve its milliseconds and its cost in one-token passes."""
+    import datetime as dt
+    where = cpu_name() if e.device.type == "cpu" else str(e.device)
+    print(f"`python evals/forward_cost.py {flags}` ({dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {where}, "
+          f"{torch.get_num_threads()} threads; {e.name} in {str(e.dtype).replace('torch.', '')} on {e.device}, "
+          f"context {args.context}, best of {args.repeats}):")
+    print()
+    tokens = list(rows[0][1])
+    print("| new tokens in the pass | " + " | ".join(str(T) for T in tokens) + " |")
+    print("|---|" + "---|" * len(tokens))
+    for label, c in rows:
+        lead = f"{label}, " if label else ""
+        print(f"| {lead}ms | " + " | ".join(f"{1000 * c[T]:.1f}" for T in tokens) + " |")
+        print(f"| {lead}× one token | " + " | ".join(f"{c[T] / c[tokens[0]]:.2f}" for T in tokens) + " |")
 
 
 def curve(e, cache, context: int, tokens: list[int], repeats: int, g) -> dict[int, float]:
@@ -65,8 +74,7 @@ def curve(e, cache, context: int, tokens: list[int], repeats: int, g) -> dict[in
 
 
 def compare(args, e, cache, g) -> int:
-    import datetime as dt
-
+    """float32: paradec's streamed W @ xᵀ against torch's F.linear, in one process."""
     from paradec import kernels
     tokens = [int(x) for x in args.tokens.split(",")]
     kernels.stream_linears(e.model)
@@ -74,16 +82,7 @@ def compare(args, e, cache, g) -> int:
     kernels.unstream_linears(e.model)
     plain = curve(e, cache, args.context, tokens, args.repeats, g)
     kernels.stream_linears(e.model)
-    print(f"`python evals/forward_cost.py --compare` ({dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {cpu_name()}, "
-          f"{torch.get_num_threads()} threads; {e.name} in {str(e.dtype).replace('torch.', '')}, context "
-          f"{args.context}, best of {args.repeats}):")
-    print()
-    print("| new tokens in the pass | " + " | ".join(str(T) for T in tokens) + " |")
-    print("|---|" + "---|" * len(tokens))
-    print("| F.linear, ms | " + " | ".join(f"{1000 * plain[T]:.1f}" for T in tokens) + " |")
-    print("| F.linear, × one token | " + " | ".join(f"{plain[T] / plain[1]:.2f}" for T in tokens) + " |")
-    print("| paradec (W @ xᵀ), ms | " + " | ".join(f"{1000 * fast[T]:.1f}" for T in tokens) + " |")
-    print("| paradec, × one token | " + " | ".join(f"{fast[T] / fast[1]:.2f}" for T in tokens) + " |")
+    print_table("--compare", e, args, [("F.linear", plain), ("paradec (W @ xᵀ)", fast)])
     return 0
 
 
