@@ -271,13 +271,15 @@ def _bench(args) -> int:
     df = store.results_dataframe([run_id])
     rows = B.table(df)
     roof = B.roofline_summary(store.get_run(run_id)["environment"].get("roofline"), df, engine, items)
+    mism = B.mismatch_lines(df)
     if args.json:
         print(json.dumps({"run": run_id, **res, "table": rows, "roofline": roof}))
     else:
         print(B.markdown(rows))
         if roof:
             print(B.roofline_line(roof))
-        print(B.mismatch_lines(df))
+        if mism:
+            print(mism)
     if args.markdown:
         from .engine import cpu_name
         env = store.get_run(run_id)["environment"]
@@ -292,7 +294,6 @@ def _bench(args) -> int:
                 f"- settings: max_new_tokens {settings.max_new_tokens}, temperature {settings.temperature}, "
                 f"repeats {settings.repeats}, prompts {len(items)}\n"
                 + (f"- roofline: {B.roofline_line(roof)}\n" if roof else ""))
-        mism = B.mismatch_lines(df)
         Path(args.markdown).write_text(B.markdown(rows, head) + (f"\n{mism}" if mism else ""))
         print(f"wrote {args.markdown}", file=sys.stderr)
     return 0

@@ -140,8 +140,9 @@ def divergence_margin(engine, prompt_ids, ar_ids, other_ids, at: int) -> dict | 
     choice was: one forward pass over the prompt and ar's first `at` tokens, then the logit of ar's token minus
     the logit of the other's, and both probabilities. A margin of a rounding step or two (bf16 keeps 8
     significant bits: 0.125 at a logit of 16-32) says the pass width changed the rounding at a near-tie - a
-    multi-token verification pass accumulates its matmuls in another order than ar's one-token pass - not that
-    the strategy picked a token the model did not prefer. None when there is no such position."""
+    multi-token verification pass computes some of its sums in another order than ar's one-token pass (the
+    packed linears are row-independent, so attention is the likely place; not pinned down) - not that the
+    strategy picked a token the model did not prefer. None when there is no such position."""
     import torch
 
     if at is None or at >= min(len(ar_ids), len(other_ids)):
