@@ -126,3 +126,53 @@ def test_packing_is_skipped_when_the_copy_would_not_fit_in_memory():
     assert kernels.packed_copy_fits(lin, available=20_000) and not kernels.packed_copy_fits(lin, available=19_999)
     assert kernels.packed_copy_fits(lin, available=None)       # the system cannot say: pack
     assert kernels.available_memory() is None or kernels.available_memory() > 0
+
+
+class _Attn(nn.Module):
+    """Siblings as a Llama-style block has them: q/k/v read one input, o does not."""
+
+    def __init__(self, bias=True):
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj = nn.Linear(64, 64, bias), nn.Linear(64, 16, bias), nn.Linear(64, 16, bias)
+        self.o_proj = nn.Linear(64, 64, bias)
+
+    def forward(self, x):
+        return self.o_proj(self.q_proj(x)) + self.k_proj(x).sum(-1, keepdim=True) * self.v_proj(x).mean(-1, keepdim=True)
+
+
+@needs_packing
+def test_sibling_linears_are_stacked_and_give_the_separate_products_bit_for_bit():
+    import copy
+    g = torch.Generator().manual_seed(2)
+    block = _Attn().to(torch.bfloat16)
+    plain = copy.deepcopy(block)
+    kernels.pack_linears(plain, stack=False)
+    assert [len(m) for m in kernels.sibling_groups(block)] == [3]
+    assert kernels.pack_linears(block) == 4 and kernels.pack_linears(block) == 0
+    assert isinstance(block.k_proj.forward, kernels._Sibling) and isinstance(block.o_proj.forward, kernels._Packed)
+    x = torch.randn(1, 9, 64, generator=g).to(torch.bfloat16)
+    with torch.no_grad():
+        for rows in (1, 4, 9):
+            assert torch.equal(block(x[:, :rows]), plain(x[:, :rows]))
+            assert torch.equal(block(x[:, :rows])[0], block(x)[0, :rows])      # row-independent
+        # a sibling called alone, or with another input, computes its own product
+        assert torch.equal(block.v_proj(x), plain.v_proj(x))
+        assert torch.equal(block.k_proj(x[:, :2]), plain.k_proj(x[:, :2]))
+        block.q_proj(x)
+        assert block.q_proj.forward.group.x is x                 # q's stash waits for k and v...
+        block.k_proj(x), block.v_proj(x)
+        assert block.q_proj.forward.group.x is None              # ...and is dropped once both took theirs
+        block.v_proj.weight.mul_(2.0)                            # an in-place update is stacked again
+        plain.v_proj.weight.mul_(2.0)
+        assert torch.equal(block(x), plain(x))
+    twin = copy.deepcopy(block)                                  # a copy stacks its own weights
+    with torch.no_grad():
+        twin.k_proj.weight.zero_()
+        twin.k_proj.bias.zero_()
+        assert torch.equal(twin.k_proj(x), torch.zeros(1, 9, 16, dtype=torch.bfloat16))
+        assert torch.equal(block(x), plain(x))
+    y = block(x.requires_grad_(True)).float().sum()              # training: F.linear, gradients flow
+    y.backward()
+    assert block.q_proj.weight.grad is not None and x.grad is not None
+    kernels.unpack_linears(block)
+    assert all("forward" not in m.__dict__ for m in block.modules())
