@@ -94,15 +94,13 @@ class FocusAdapter(GatedAdapter):
                  {**base_record(model), **(meta or {})}, rank=rank)
         return ad.to(next(model.parameters()).device)
 
-    def delta_for(self, name: str):
-        k = key(name)
-        if self.rank:
-            a, b = self.lora_a[k], self.lora_b[k]
+    def lora_pair(self, name: str):
+        return super().lora_pair(name) if self.rank else None      # full-rank deltas: `delta_for`
 
-            def fn(x):
-                return (x.to(a.dtype) @ a.t()) @ b.t()
-            return fn
-        w = self.delta[k]
+    def delta_for(self, name: str):
+        if self.rank:
+            return super().delta_for(name)
+        w = self.delta[key(name)]
 
         def fn(x):
             return x.to(w.dtype) @ w.t()

@@ -97,13 +97,8 @@ class LUDAdapter(GatedAdapter):
     # ------------------------------------------------------------------ hooks
     # The gate of a decoding pass is a suffix (the last n positions); hooks then touch only that slice,
     # in place when no gradient is recorded. Any other gate shape goes through torch.where.
-    def delta_for(self, name: str):
-        a, b = self.lora_a[key(name)], self.lora_b[key(name)]
-        scale = self.config.scale
-
-        def fn(x):
-            return ((x.to(a.dtype) @ a.t()) * scale) @ b.t()
-        return fn
+    def lora_pair(self, name: str):
+        return self.lora_a[key(name)], self.lora_b[key(name)], self.config.scale
 
     def extra_hooks(self, model) -> list:
         return [(model.get_input_embeddings(), self._embedding_hook), (model.get_output_embeddings(), self._head_hook)]

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .sampling import SamplingParams, UStream, next_tokens, pick, process
+from .sampling import SamplingParams, UStream, argmax, next_tokens, pick, process
 
 # Mixed into the request seed so the rejection-sampling stream is not the UStream of the same seed.
 _RNG_SALT = 0x5EED_5A3B
@@ -81,14 +81,14 @@ def picks(logits: torch.Tensor, rows, positions, sp: SamplingParams, us: UStream
 
 def _picked(rows: torch.Tensor, sp: SamplingParams, u: torch.Tensor | None) -> list[int]:
     if u is None:
-        return rows.argmax(-1).tolist()
+        return argmax(rows).tolist()
     return next_tokens(rows, sp, u).tolist()
 
 
 def greedy(draft: list[int], logits: torch.Tensor) -> Verdict:
     """Longest prefix of `draft` equal to the target's argmax, then the target's argmax at the next row."""
     logits = _rows(logits, len(draft))
-    return _prefix(draft, logits.argmax(-1).tolist())
+    return _prefix(draft, argmax(logits).tolist())
 
 
 def coupled(draft: list[int], logits: torch.Tensor, sp: SamplingParams, us: UStream | None, start: int) -> Verdict:

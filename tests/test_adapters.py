@@ -130,6 +130,33 @@ def test_hooks_are_attached_once_and_a_closed_gate_is_the_base(cls):
     assert not hooked._forward_hooks
 
 
+@pytest.mark.parametrize("cls", KINDS)
+def test_sibling_linears_share_their_first_lora_product_and_give_the_per_linear_deltas(cls):
+    """In decoding the LoRA pairs of q/k/v (and gate/up) share one stacked first product (kernels.SIBLINGS); the
+    gated positions get the deltas each linear's own pair gives (the training path), the others nothing."""
+    e = random_engine(0)
+    ids = e.tokenizer("def f(x):\n    return x + 1")["input_ids"]
+    ad = made_for(cls, e)
+    if cls is FocusAdapter and not ad.rank:
+        pytest.skip("full-rank focus deltas have no pairs")
+    groups = ad._sibling_groups()
+    assert {len(m) for m, _ in groups.values()} >= {2, 3} and set(groups) == set(ad.names)
+    n = len(ids)
+    spec = torch.arange(n - 3, n) if cls is PTPAdapter else torch.tensor([0] * (n - 3) + [1] * 3, dtype=torch.bool)
+    ad.attach(e.model)
+    with ad.gated(spec):
+        fast = e.forward(ids)                                     # inference mode: the stacked path
+        assert {len(m) for m in ad._stacks} == {1, 2, 3}         # q/k/v and gate/up stacked, o and down alone
+        with torch.enable_grad():                                 # the per-linear path, through the parameters
+            slow = e.model(input_ids=torch.tensor([ids])).logits.float()
+    ad.detach()
+    base = e.forward(ids)
+    v = base.shape[-1]
+    torch.testing.assert_close(fast[..., :v], slow.detach()[..., :v], rtol=1e-4, atol=1e-4)
+    assert torch.equal(fast[0, :n - 3, :v], base[0, :n - 3])
+    assert not torch.allclose(fast[0, -1, :v], base[0, -1], atol=1e-3)
+
+
 # ---------------------------------------------------------------- files, finding, fit
 
 @pytest.mark.parametrize("cls", KINDS)

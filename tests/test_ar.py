@@ -144,3 +144,16 @@ def test_shipped_models_have_cards_and_figures():
     assert 10e6 <= s["parameters"] <= 30e6 and d["parameters"] < s["parameters"] / 5
     assert s["arch"]["max_position_embeddings"] >= 512 and 7000 <= s["vocab_size"] <= 9000
     assert "format_rates" in s
+
+
+def test_the_shared_argmax_is_torchs_argmax_ties_included():
+    """sampling.argmax (through max, faster on bf16 rows) picks the first largest logit, as argmax does."""
+    from paradec.sampling import argmax
+    g = torch.Generator().manual_seed(3)
+    for dtype in (torch.bfloat16, torch.float32):
+        for rows in (1, 3):
+            x = (torch.randn(rows, 5000, generator=g) * 2).round().to(dtype)   # many ties
+            x[:, 4000] = x[:, 17] = 50                                          # a tie at the top, far apart
+            assert argmax(x).tolist() == x.argmax(-1).tolist() == [17] * rows
+            y = torch.randn(rows, 5000, generator=g).to(dtype)
+            assert torch.equal(argmax(y), y.argmax(-1)) and torch.equal(argmax(y[0]), y[0].argmax())

@@ -32,7 +32,7 @@ import torch
 
 from .. import ptp as P
 from .. import verification
-from ..sampling import UStream, pick, process
+from ..sampling import UStream, argmax, pick, process
 from .base import Param, Run, Strategy, register, trained_availability
 
 # On a CPU a pass costs roughly in proportion to its positions, so the full quadratic layout (block 16: 272
@@ -157,7 +157,7 @@ class ParallelTokenPrediction(Strategy):
         """Drafted tokens for output positions start.. from slot logits, with the drafter's confidence in each."""
         if ad.mode == "O" or sp.greedy:
             probs = torch.softmax(logits.float(), -1)
-            toks = logits.argmax(-1)
+            toks = argmax(logits)
         else:                                       # C mode: the slot predicts a distribution; pick with u
             probs = process(logits, sp)
             toks = pick(probs, ud.span(start, logits.shape[0]).to(probs.device))

@@ -20,7 +20,7 @@ import threading
 
 from .. import verification
 from ..engine import Engine, ModelError
-from ..sampling import process
+from ..sampling import argmax, process
 from .base import Param, Request, RequestError, Run, Strategy, register
 
 K_MIN, K_MAX = 1, 16
@@ -193,7 +193,7 @@ class SpeculativeSampling(Strategy):
             for _ in range(kk):
                 lg = fit_vocab(draft.forward(feed, dcache, logits_to_keep=1, upcast=False)[0, -1], engine.vocab_size)
                 if sp.greedy:
-                    x = int(lg.argmax())
+                    x = int(argmax(lg))
                 else:
                     q = process(lg, sp)
                     x = rng.sample(q)

@@ -298,6 +298,22 @@ def evaluate(engine, ad, rows: list[dict], block: int, sp: SamplingParams, seed:
 
 # ---------------------------------------------------------------- the run
 
+def init_from(ad: P.PTPAdapter, folder: Path, engine) -> None:
+    """Start `ad` from the adapter in `folder` (a longer run on top of an earlier one): it must fit the model and
+    have `ad`'s structure. What it had been trained with is kept in ad.meta["init"] for the card."""
+    src = P.PTPAdapter.load(folder, engine.model, name=engine.name)
+    if structure(src) != structure(ad):
+        diff = {k: (v, structure(ad)[k]) for k, v in structure(src).items() if k != "modules" and v != structure(ad)[k]}
+        raise SystemExit(f"--init {folder}: its structure differs from this run's ({diff or 'modules'}); "
+                         "give the same --rank and --block")
+    ad.load_state_dict(src.state_dict())
+    m = src.meta
+    ad.meta["init"] = {"folder": str(folder), "steps": m.get("steps", 0) + (m.get("init") or {}).get("steps", 0),
+                       "train_minutes": round(m.get("train_minutes", 0) + (m.get("init") or {}).get("train_minutes", 0), 2),
+                       "trained_with": m.get("trained_with"), "hardware": m.get("hardware"),
+                       "heldout_tokens_per_pass": m.get("heldout_tokens_per_pass")}
+
+
 def structure(ad: P.PTPAdapter) -> dict:
     """What a checkpoint must match to be resumed (not the run's metadata)."""
     return {"rank": ad.rank, "alpha": ad.alpha, "block": ad.block, "mode": ad.mode, "modules": ad.names,
@@ -357,11 +373,15 @@ def train(args) -> Path:
     opt = torch.optim.AdamW([q for q in ad.parameters()], lr=args.lr, weight_decay=0.0)
     step, curve, elapsed = 0, [], 0.0
     st = checkpoint.load(ckpt)
+    if args.init and st is None:             # a resumed run has the started-from adapter's record in its checkpoint
+        init_from(ad, Path(args.init), engine)
     if st is not None:
         if st["config"] == structure(ad):
             ad.load_state_dict(st["adapter"])
             opt.load_state_dict(st["opt"])
             step, curve, elapsed = st["step"], st["curve"], st["elapsed"]
+            if st.get("init"):
+                ad.meta["init"] = st["init"]
             torch.set_rng_state(st["torch_rng"])
             print(f"resuming from step {step} ({ckpt})", file=sys.stderr)
     ad.attach(engine.model)
@@ -388,6 +408,7 @@ def train(args) -> Path:
         ad.save(out)
         checkpoint.save(ckpt, {"config": structure(ad), "adapter": ad.state_dict(),
                           "opt": opt.state_dict(), "step": step, "curve": curve, "elapsed": elapsed,
+                          "init": ad.meta.get("init"),
                           "torch_rng": torch.get_rng_state()})
 
     curve_rows = eval_rows(held, args.eval_rows, args.eval_tokens)
@@ -447,6 +468,10 @@ def write_card(folder: Path, cfg: dict) -> Path:
              f"({'O-PTP, distilled' if cfg['mode'] == 'O' else 'C-PTP, teacher-free'}).",
              "", f"- Trained with: `{cfg.get('trained_with')}`",
              f"- Data: {cfg.get('data')}",
+             *([f"- Started from an earlier adapter ({cfg['init'].get('steps')} steps, "
+                f"{cfg['init'].get('train_minutes')} min on {cfg['init'].get('hardware')}; held-out figure then "
+                f"{(cfg['init'].get('heldout_tokens_per_pass') or {}).get('greedy')} greedy), trained with "
+                f"`{cfg['init'].get('trained_with')}`"] if cfg.get("init") else []),
              f"- Steps: {cfg.get('steps')} (batch {cfg.get('batch')} rows x {cfg.get('blocks_per_row')} blocks of "
              f"{cfg['block']} slots), lr {cfg.get('lr')}",
              f"- Time: {TCH.time_text(cfg.get('train_minutes'), cfg.get('teacher_minutes'))}; "
@@ -484,6 +509,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="adapter folder (default: the shipped location data/adapters/<model>/ptp for a "
                                  "model paradec knows, else <model>/ptp)")
     p.add_argument("--work", help="teacher cache and checkpoint folder (default data/work/<model>-ptp)")
+    p.add_argument("--init", help="start from the adapter in this folder (same --rank and --block) instead of "
+                                  "from scratch: a longer run on top of an earlier one")
     p.add_argument("--teacher-free", action="store_true", help="C-PTP from plain text, no teacher completions")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--blocks", type=int, default=4, help="blocks per row per step")
