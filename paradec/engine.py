@@ -182,6 +182,9 @@ class Engine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_ids), 0)
         self.vocab_size = int(model.config.vocab_size)
         self.extras: dict = {}   # attached helpers (draft model, adapters), keyed by strategy
+        from . import attention
+        self.attention = attention.NAME if attention.use(model) else model.config._attn_implementation
+        # row-exact attention (paradec/attention.py): a verifying pass gives each row ar's numbers bit for bit
 
     @classmethod
     def load(cls, model=None, device=None, dtype=None, trust_remote_code=False) -> "Engine":
@@ -341,5 +344,5 @@ class Engine:
         import transformers
         return {"model": self.name, "device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
                 "torch": torch.__version__, "transformers": transformers.__version__,
-                "context_length": self.context_length,
+                "context_length": self.context_length, "attention": self.attention,
                 "parameters": sum(p.numel() for p in self.model.parameters())}

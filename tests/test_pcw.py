@@ -310,7 +310,7 @@ def test_ape_reads_the_context_under_its_rule_at_every_step(tiny_engine, tempera
                   seed=3, params=params)
     ids, steps = run(tiny_engine, "ape", req)
     assert steps[0].info["chunks"] >= 3 and steps[0].info["shared_prefix"] > 0
-    assert tiny_engine.model.config._attn_implementation == "sdpa"
+    assert tiny_engine.model.config._attn_implementation == "paradec-exact"
     lay = get("ape").layout(tiny_engine, req)
     cache = encode_chunks(tiny_engine, lay["chunks"], lay["shared"])
     past, pos = tiny_engine.cache_len(cache), max(map(len, lay["chunks"]))

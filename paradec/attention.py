@@ -1,0 +1,74 @@
+"""Row-exact attention: a query row's result does not depend on which other rows share the pass.
+
+Lossless strategies are checked token for token against `ar`, which runs one-token passes, while they verify
+drafts in passes of many rows. torch's fused CPU attention (SDPA's flash kernel) blocks its work by the number
+of query rows, so in bfloat16 the same row rounds differently in a 6-row pass than alone (up to 0.2 in the
+logits of Qwen2.5-0.5B): at a near-tie a verifying pass picks another token than `ar` (the 38 "lossless
+mismatches" of the 2026-12-02 benchmarks, every one within 0.25 logit).
+
+`exact_attention` computes every row as plain products in float32: scores q k^T (one batched product, the
+query heads grouped onto their key/value head, so GQA needs no copied keys), the additive mask, softmax,
+then p v; the row's output is cast back to the model's dtype. A row that sees a prefix of the keys (causal
+rows: `ar`'s, and every verifying row of sps, pld and PTP) gets the same numbers whether it is alone or one of
+many, and whatever masked keys follow it (tests/test_attention.py checks it against one-token passes).
+Float32 scores are also closer to exact attention than eager bf16 scores (rounded to bf16 before the softmax).
+
+Its scores take memory in proportion to rows x keys, so a pass of more than `EXACT_MAX_ROWS` rows whose
+scores would exceed `EXACT_MAX_SCORES` entries per key/value head (a long prompt's prefill) goes to SDPA,
+which never materialises them; such a prefill is then the same for every strategy only when its shape is.
+
+`use(model)` switches a loaded transformers model to it (registered as attention implementation "paradec-exact",
+with eager's additive masks).
+"""
+from __future__ import annotations
+
+import torch
+
+NAME = "paradec-exact"
+EXACT_MAX_ROWS = 64
+EXACT_MAX_SCORES = 1 << 22
+
+
+def exact_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
+                    **kwargs):
+    """(B, H, T, D) queries over (B, KVH, L, D) keys and values -> ((B, T, H, D) output, None)."""
+    B, H, T, D = query.shape
+    KVH, L = key.shape[1], key.shape[2]
+    if ((T > EXACT_MAX_ROWS and T * L > EXACT_MAX_SCORES) or (dropout and module.training)
+            or kwargs.get("softcap") is not None or kwargs.get("sinks") is not None or H % KVH):
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    g = H // KVH
+    scale = scaling if scaling is not None else D ** -0.5
+    q = query.reshape(B, KVH, g * T, D).float()
+    s = torch.matmul(q, key.float().transpose(2, 3)).mul_(scale).view(B, KVH, g, T, L)
+    if attention_mask is not None:
+        m = attention_mask[..., :L] if attention_mask.shape[-1] != L else attention_mask    # as eager slices it
+        if m.dim() == 2:
+            m = m[None, None]
+        m = m.view(m.shape[0], KVH, g, T, L) if m.shape[1] == H else m[:, :, None]
+        s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s.add_(m.float())
+    p = torch.softmax(s, dim=-1).view(B, KVH, g * T, L)
+    o = torch.matmul(p, value.float()).view(B, H, T, D)
+    return o.to(query.dtype).transpose(1, 2).contiguous(), None
+
+
+def register() -> str:
+    """Register `exact_attention` (and eager's additive masks for it) with transformers; returns its name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
+    AttentionInterface.register(NAME, exact_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, eager_mask)
+    return NAME
+
+
+def use(model) -> bool:
+    """Run `model`'s attention through `exact_attention` from now on; False (and the model unchanged) when its
+    attention does not go through transformers' attention interface (remote code, old architectures)."""
+    register()
+    try:
+        model.set_attn_implementation(NAME)
+    except (ValueError, AttributeError, NotImplementedError):
+        return False
+    return model.config._attn_implementation == NAME

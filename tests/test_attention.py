@@ -1,0 +1,90 @@
+"""Row-exact attention (paradec/attention.py): a row of a many-row pass has the numbers of a one-token pass bit
+for bit, in bfloat16 too, where torch's fused attention does not; GQA, tree masks and the SDPA fallback."""
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from paradec import attention
+from paradec.engine import Engine
+from paradec.testing import tokenizer_dir
+
+
+def gqa_engine(dtype=torch.bfloat16, exact=True):
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir()))
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=128, num_hidden_layers=2, intermediate_size=256,
+                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
+                      initializer_range=0.3, tie_word_embeddings=True)
+    torch.manual_seed(4)
+    e = Engine(LlamaForCausalLM(cfg).eval().to(dtype), tok, name="gqa")
+    if not exact:
+        e.model.set_attn_implementation("sdpa")
+    return e
+
+
+def passes(e, prompt_len=150, n=10):
+    """(logits of n tokens in one pass, the same n tokens fed one pass each) after a prompt."""
+    ids = [(7 * i) % 500 + 5 for i in range(prompt_len)]
+    new = [(13 * i) % 400 + 9 for i in range(n)]
+    c = e.new_cache()
+    e.forward(ids, c, logits_to_keep=1)
+    multi = e.forward(new, c, logits_to_keep=n)[0]
+    e.crop(c, prompt_len)
+    one = torch.cat([e.forward([t], c, logits_to_keep=1)[0] for t in new])
+    return multi, one
+
+
+def test_the_engine_uses_it_and_every_row_of_a_pass_is_a_one_token_pass():
+    e = gqa_engine()
+    assert e.attention == attention.NAME == e.model.config._attn_implementation
+    assert e.describe()["attention"] == attention.NAME
+    multi, one = passes(e)
+    assert torch.equal(multi, one)
+    # a tree mask: the real rows (a causal prefix) stay exact while later rows attend elsewhere
+    ids = [(5 * i) % 300 + 3 for i in range(120)]
+    c = e.new_cache()
+    e.forward(ids, c, logits_to_keep=1)
+    allowed = torch.ones(6, 6, dtype=torch.bool).tril()
+    allowed[3:, :3] = False                     # rows 3-5: a branch that sees the cache and itself only
+    allowed[3:, 3:] = torch.ones(3, 3, dtype=torch.bool).tril()
+    toks = [11, 12, 13, 21, 22, 23]
+    pos = [120, 121, 122, 120, 121, 122]       # the branch stands where the real rows do
+    tree = e.forward(toks, c, pos, mask=e.tree_mask(120, allowed), logits_to_keep=6)[0]
+    e.crop(c, 120)
+    alone = torch.cat([e.forward([t], c, logits_to_keep=1)[0] for t in toks[:3]])
+    assert torch.equal(tree[:3], alone)
+    e.crop(c, 120)
+    branch = e.forward(toks[3:], c, logits_to_keep=3)[0]      # the branch's own tokens, causal after the cache
+    torch.testing.assert_close(tree[3:], branch, rtol=0, atol=0.05)
+
+
+def test_the_fused_kernel_is_what_it_replaces_and_is_not_row_exact():
+    """The reason for the module (so this test would notice a torch whose SDPA became row-exact): the same model
+    through SDPA differs between the pass shapes, and differs from the exact attention only by rounding."""
+    sdpa = gqa_engine(exact=False)
+    s_multi, s_one = passes(sdpa, prompt_len=300, n=16)
+    x_multi, _ = passes(gqa_engine(), prompt_len=300, n=16)
+    torch.testing.assert_close(x_multi.float(), s_multi.float(), rtol=0.05, atol=0.3)
+    assert not torch.equal(s_multi, s_one)
+
+
+def test_float32_and_a_padded_batch_match_sdpa():
+    for dtype in (torch.float32,):
+        x, s = gqa_engine(dtype), gqa_engine(dtype, exact=False)
+        rows = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]
+        lx, _, mx, _ = x.prefill_batch(rows)
+        ls, _, ms, _ = s.prefill_batch(rows)
+        torch.testing.assert_close(lx, ls, rtol=1e-4, atol=1e-4)
+        multi, one = passes(x)          # float32's streamed linears sum in another order for 2+ rows: close only
+        torch.testing.assert_close(multi, one, rtol=1e-4, atol=1e-4)
+
+
+def test_a_long_prefill_goes_to_sdpa(monkeypatch):
+    calls = []
+    from transformers.integrations import sdpa_attention
+    real = sdpa_attention.sdpa_attention_forward
+    monkeypatch.setattr(sdpa_attention, "sdpa_attention_forward", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(attention, "EXACT_MAX_SCORES", 100 * 100)
+    e = gqa_engine()
+    e.forward(list(range(5, 70)), e.new_cache(), logits_to_keep=1)        # 65 rows x 65 keys < 10,000: exact
+    assert not calls
+    e.forward(list(range(5, 205)), e.new_cache(), logits_to_keep=1)       # 200 x 200: SDPA
+    assert len(calls) == 2                                                # once per layer
