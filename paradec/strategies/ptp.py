@@ -40,8 +40,9 @@ from .base import Param, Run, Strategy, register, trained_availability
 # about what one token does, so there the defaults are the paper's: k = block - 1 and every branch.
 # float32 on a CPU (AVX2, no bf16 matmuls): measured by evals/ptp_tune.py on held-out training prompts with the
 # default model's adapter (docs/bench/ptp_tune.md): k=1/1 branch 1.41x ar, 2/1 1.25x, 3/1 1.02x, 4/2 0.47x.
-# bf16 on a CPU with AMX (a 16-token pass ~1.2x one token, packed weights): docs/bench/ptp_tune_bf16.md, 6
-# held-out prompts: 3/2 1.20x ar (1.67 tokens/pass), 4/2 1.15x (the same 1.67), 5/2 1.05x, 7/3 0.97x: 3/2.
+# bf16 on a CPU with AMX (a 16-token pass ~1.1x one token, packed weights): docs/bench/ptp_tune_bf16.md, 6
+# held-out prompts, the adapter of 2026-12-03 (540 steps): 3/2 1.54x ar (2.01 tokens/pass), 4/2 1.54x (2.08),
+# 2/1 and 3/1 1.51x, 5/2 1.36x, 7/3 1.31x: 3/2.
 CPU_K, CPU_BRANCHES = 3, 2
 CPU_FP32_K, CPU_FP32_BRANCHES = 1, 1
 
