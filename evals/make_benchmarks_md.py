@@ -470,11 +470,21 @@ def default_part() -> str:
                        "`paradec/attention.py`); the bf16 runs before it (2026-12-02) had 38 mismatches, all at "
                        "near-ties within 0.25 logit, from the fused attention kernel's row blocking.")
     if margins:
+        who = [m for suite in have for m in re.findall(r"^- ([\w-]+), item", (B / f"default-{suite}.md").read_text(),
+                                                       re.M)]
+        tree = sum(w == "lookahead" for w in who)
         margin_note = (f" Each is listed under its run below with the model's logit margin where it first differs "
                        f"from `ar`: {len(margins)} of them, the largest |margin| **{max(margins):.3f}** "
                        f"({sum(m == 0 for m in margins)} exact ties), i.e. within a rounding step or two of bf16 at "
-                       f"logits of 16-32 (0.125): the multi-token passes round a near-tie the other way from `ar`'s "
-                       f"one-token pass (and `hf-generate`'s, which always agrees with `ar`), not a wrong pick.")
+                       f"logits of 16-32 (0.125): a pass rounds a near-tie the other way from `ar`'s one-token pass, "
+                       f"not a wrong pick.")
+        if "bfloat16" in machine:
+            margin_note += (f" Since attention became row-exact (`paradec/attention.py`, 2026-12-03) a verifying row "
+                            f"that sees a prefix of the keys has `ar`'s numbers bit for bit (the runs of 2026-12-02 "
+                            f"had 38 mismatches); {tree} of these are lookahead's, whose candidate rows skip keys of "
+                            f"their pass (not covered)"
+                            + (f"; the other {len(who) - tree} ({', '.join(sorted(set(w for w in who if w != 'lookahead')))}) "
+                               f"are not explained yet." if len(who) > tree else "."))
     if "bfloat16" in machine:
         dtype_note = ("The CPU does bf16 matrix work in hardware (AMX-BF16), so `--dtype auto` runs bfloat16: the regime "
                       "where a pass over a few drafted tokens costs about what a one-token pass does (table below).")
@@ -509,9 +519,13 @@ def default_part() -> str:
         pc = json.loads(ptp_cfg.read_text())
         fin = pc.get("final_eval") or {}
         curve = " → ".join(f"{c['step']}: {c.get('greedy')}" for c in pc.get("curve") or [])
+        ini = pc.get("init") or {}
+        start = (f" on {pc.get('hardware')}, started from an earlier adapter ({ini.get('steps')} steps, "
+                 f"{ini.get('train_minutes')} min on {ini.get('hardware')}; held-out greedy figure then "
+                 f"{(ini.get('heldout_tokens_per_pass') or {}).get('greedy')})") if ini else " on this CPU"
         ptp_part = f"""**The PTP adapter** (`ptp`): trained here, `data/adapters/qwen2.5-coder-0.5b-instruct/ptp/` (card beside
 it): rank {pc.get('rank')}, block {pc.get('block')}, {pc.get('steps')} steps ({pc.get('batch')} rows × {pc.get('blocks_per_row')}
-blocks), {pc.get('train_minutes')} min of training on this CPU. Held-out tokens per pass with every branch drafted
+blocks), {pc.get('train_minutes')} min of training{start}. The curve's step 0 is that adapter. Held-out tokens per pass with every branch drafted
 (the trainer's figure, greedy) by step: {curve}; final {fin.get('rows_per_mode')} rows per mode: greedy
 **{fin.get('greedy')}**, sampled {fin.get('sampled')} (k = 4: {fin.get('greedy_k4')}). Decoding parameters chosen
 on held-out training prompts, not on the suites (`python evals/ptp_tune.py`):
