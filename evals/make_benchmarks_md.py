@@ -480,11 +480,14 @@ def default_part() -> str:
                        f"not a wrong pick.")
         if "bfloat16" in machine:
             margin_note += (f" Since attention became row-exact (`paradec/attention.py`, 2026-12-03) a verifying row "
-                            f"that sees a prefix of the keys has `ar`'s numbers bit for bit (the runs of 2026-12-02 "
-                            f"had 38 mismatches); {tree} of these are lookahead's, whose candidate rows skip keys of "
-                            f"their pass (not covered)"
+                            f"that sees a prefix of the keys has `ar`'s numbers bit for bit in the tests (the runs of "
+                            f"2026-12-02 had 38 mismatches); {tree} of these are lookahead's, whose candidate rows skip "
+                            f"keys of their pass (not covered)"
                             + (f"; the other {len(who) - tree} ({', '.join(sorted(set(w for w in who if w != 'lookahead')))}) "
-                               f"are not explained yet." if len(who) > tree else "."))
+                               f"come from MKL's float32 products, which do not promise one summation order for "
+                               f"every shape (traced on conversation-01: the prompt's cache built token by token "
+                               f"differs from one built in a pass from layer 1 on; `paradec/attention.py`)."
+                               if len(who) > tree else "."))
     if "bfloat16" in machine:
         dtype_note = ("The CPU does bf16 matrix work in hardware (AMX-BF16), so `--dtype auto` runs bfloat16: the regime "
                       "where a pass over a few drafted tokens costs about what a one-token pass does (table below).")
