@@ -10,14 +10,14 @@ mismatches" of the 2026-12-02 benchmarks, every one within 0.25 logit).
 query heads grouped onto their key/value head, so GQA needs no copied keys), the additive mask, softmax,
 then p v; the row's output is cast back to the model's dtype. A row that sees a prefix of the keys (causal
 rows: `ar`'s, and every verifying row of sps, pld and PTP) gets the same numbers whether it is alone or one of
-many, and whatever masked keys follow it (tests/test_attention.py checks it against one-token passes), as far as
-the float32 products themselves sum in one order for every shape: MKL does not promise that. On one benchmark
-prompt (conversation-01, turn 1) the last row of a 140-token prefill differed from a one-token pass after a
-139-token prefill from layer 13 on (by 0.001), and `ar`'s cache built token by token from the 102-token prompt
-differed from either from layer 1 on: at an exact tie in the logits, `pld` then picked the other token. The
-benchmarks of 2026-12-03 show 3 mismatches in about 300 lossless generations against 38 before this module. Making
-every product's shape independent of the pass (each query row its own M = heads-per-KV-head product over
-exactly its visible keys) is the next step.
+many, and whatever masked keys follow it (tests/test_attention.py checks it against one-token passes), and in every layer
+traced (the attention rows of 140-token passes equal those of one-token passes). What still differs is outside
+attention: on one benchmark prompt (conversation-01, turn 1) `ar`'s cache built token by token differed from one
+built in a 140-row pass from layer 0's MLP on, because the packed bf16 product of the down projection (896 x 4864,
+paradec/kernels.py) gave 4 of the 140 rows other numbers than the same rows alone (oneDNN uses another kernel for
+one row; the row-independence test in tests/test_kernels.py uses random data and did not catch it). At an exact
+tie in the logits `pld` then picked the other token. The benchmarks of 2026-12-03 show 3 mismatches in about 300
+lossless generations against 38 before this module.
 Float32 scores are also closer to exact attention than eager bf16 scores (rounded to bf16 before the softmax).
 
 Its scores take memory and float32 work in proportion to rows x keys, so a pass of more than `EXACT_MAX_ROWS`

@@ -12,7 +12,9 @@ In bfloat16 on a CPU with AMX, torch's `F.linear` hands oneDNN a plain weight, w
 kernels again at every call. `pack_linears(model)` keeps each weight in oneDNN's own layout instead (laid out
 once, on first use, and again whenever the weight changes) and multiplies through it: on an Intel Xeon with
 AMX-BF16 the (4864 x 896) projection over 1-16 rows takes 0.31 ms instead of 0.44 ms, the LM head 13 ms instead
-of 18 ms. The products are row-independent (a row's result does not depend on how many rows share the pass).
+of 18 ms. The products are row-independent on random data at every width tested (tests/test_kernels.py), but not
+always on real activations: for the MLP's down projection (896 x 4864) of Qwen2.5-0.5B, 4 of 140 rows of a 140-row
+product differed from the same rows computed alone (one benchmark prompt, 2026-12-03), enough to flip an exact tie.
 
 Sibling linears that read one input (q/k/v, gate/up) are stacked into one packed weight (`_Group`): over a
 one-token pass of Qwen2.5-0.5B the linears take about 44 ms instead of 48 ms (fewer, larger products keep the
