@@ -14,9 +14,13 @@ many, and whatever masked keys follow it (tests/test_attention.py checks it agai
 traced (the attention rows of 140-token passes equal those of one-token passes). What still differs is outside
 attention: on one benchmark prompt (conversation-01, turn 1) `ar`'s cache built token by token differed from one
 built in a 140-row pass from layer 0's MLP on, because the packed bf16 product of the down projection (896 x 4864,
-paradec/kernels.py) gave 4 of the 140 rows other numbers than the same rows alone (oneDNN uses another kernel for
-one row; the row-independence test in tests/test_kernels.py uses random data and did not catch it). At an exact
-tie in the logits `pld` then picked the other token. The benchmarks of 2026-12-03 show 3 mismatches in about 300
+paradec/kernels.py) gave 4 of the 140 rows other numbers than the same rows alone: oneDNN uses one kernel up to 32
+rows and another from 64 rows on (on that prompt's real activations 14 of 140 rows differ between the two; products
+of 1-32 rows agree with each other; the row-independence test in tests/test_kernels.py uses random data and did not
+catch it). `pld`'s first pass holds the prompt and its first proposals (over 32 rows), so the proposals it accepts
+there are cached with the many-row kernel's numbers while `ar` computes those tokens one row at a time; at an exact
+tie in the logits `pld` then picked the other token. Prefilling the prompt alone before verifying drafts would
+remove that case. The benchmarks of 2026-12-03 show 3 mismatches in about 300
 lossless generations against 38 before this module.
 Float32 scores are also closer to exact attention than eager bf16 scores (rounded to bf16 before the softmax).
 
