@@ -506,7 +506,8 @@ def default_part() -> str:
                       "weight (the linears of a one-token pass 48 -> 44 ms by the torch profiler, the same numbers "
                       "bit for bit), and attention runs as float32 products per query row (`paradec/attention.py`), "
                       "so that every row of a many-row pass equals a one-token pass bit for bit, at no measurable "
-                      "cost (61.6 against 60.0 ms for one token, 65.9 against 67.3 ms for 12, one process).\n\n"
+                      "cost (61.6 against 60.0 ms for one token, 65.9 against 67.3 ms for 12: a timing script in one "
+                      "process on the same machine and day, not the `bench` command).\n\n"
                       + section("forward_cost_bf16.md") + "\n")
     date = bullet(f"default-{have[0]}.md", "date")
     summary = "\n".join(lines)

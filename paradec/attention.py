@@ -10,19 +10,19 @@ mismatches" of the 2026-12-02 benchmarks, every one within 0.25 logit).
 query heads grouped onto their key/value head, so GQA needs no copied keys), the additive mask, softmax,
 then p v; the row's output is cast back to the model's dtype. A row that sees a prefix of the keys (causal
 rows: `ar`'s, and every verifying row of sps, pld and PTP) gets the same numbers whether it is alone or one of
-many, and whatever masked keys follow it (tests/test_attention.py checks it against one-token passes), and in every layer
-traced (the attention rows of 140-token passes equal those of one-token passes). What still differs is outside
-attention: on one benchmark prompt (conversation-01, turn 1) `ar`'s cache built token by token differed from one
-built in a 140-row pass from layer 0's MLP on, because the packed bf16 product of the down projection (896 x 4864,
-paradec/kernels.py) gave 4 of the 140 rows other numbers than the same rows alone: oneDNN uses one kernel up to 32
-rows and another from 64 rows on (on that prompt's real activations 14 of 140 rows differ between the two; products
-of 1-32 rows agree with each other; the row-independence test in tests/test_kernels.py uses random data and did not
-catch it). `pld`'s first pass holds the prompt and its first proposals (over 32 rows), so the proposals it accepts
-there are cached with the many-row kernel's numbers while `ar` computes those tokens one row at a time; at an exact
-tie in the logits `pld` then picked the other token. Prefilling the prompt alone before verifying drafts would
-remove that case. The benchmarks of 2026-12-03 show 3 mismatches in about 300
-lossless generations against 38 before this module.
-Float32 scores are also closer to exact attention than eager bf16 scores (rounded to bf16 before the softmax).
+many, whatever masked keys follow it (tests/test_attention.py checks it against one-token passes). Rows of a tree
+pass that skip keys (lookahead's candidate branches) are not covered. Float32 scores are also closer to exact
+attention than eager bf16 scores (rounded to bf16 before the softmax).
+
+What still differs is outside attention. On one benchmark prompt (conversation-01, turn 1) `ar`'s cache built
+token by token differed from one built in a 140-row pass from layer 0's MLP on: oneDNN's packed bf16 product of
+the down projection (896 x 4864, paradec/kernels.py) uses one kernel up to 32 rows and another from 64 rows on,
+and on that prompt's real activations the two disagree on 14 of 140 rows (products of 1-32 rows agree with each
+other; the random-data test in tests/test_kernels.py did not catch it). `pld`'s first pass holds the prompt and
+its first proposals (over 32 rows), so the proposals it accepts there carry the many-row kernel's numbers while
+`ar` computes those tokens one row at a time; at an exact tie in the logits `pld` then picked the other token.
+Prefilling the prompt alone before verifying drafts would remove that case. The benchmarks of 2026-12-03 show
+3 mismatches in about 300 lossless generations against 38 before this module.
 
 Its scores take memory and float32 work in proportion to rows x keys, so a pass of more than `EXACT_MAX_ROWS`
 rows whose scores would exceed `EXACT_MAX_SCORES` entries per key/value head (the prefill of a prompt over 512

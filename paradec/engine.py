@@ -184,7 +184,8 @@ class Engine:
         self.extras: dict = {}   # attached helpers (draft model, adapters), keyed by strategy
         from . import attention
         self.attention = attention.NAME if attention.use(model) else model.config._attn_implementation
-        # row-exact attention (paradec/attention.py): a verifying pass gives each row ar's numbers bit for bit
+        # row-exact attention (paradec/attention.py): a causal row of a verifying pass gets a one-token pass's
+        # attention numbers bit for bit
 
     @classmethod
     def load(cls, model=None, device=None, dtype=None, trust_remote_code=False) -> "Engine":
