@@ -484,9 +484,9 @@ def default_part() -> str:
                             f"2026-12-02 had 38 mismatches); {tree} of these are lookahead's, whose candidate rows skip "
                             f"keys of their pass (not covered)"
                             + (f"; the other {len(who) - tree} ({', '.join(sorted(set(w for w in who if w != 'lookahead')))}) "
-                               f"are outside attention: traced on conversation-01, the packed bf16 product of the "
-                               f"MLP's down projection gives 4 of 140 rows of a 140-row pass other numbers than "
-                               f"the same rows alone (oneDNN's one-row kernel differs; `paradec/attention.py`)."
+                               f"are outside attention (runs before 2026-12-03 11:30 UTC: oneDNN's bf16 down "
+                               f"projection over more than 32 rows, since computed in 32-row pieces, "
+                               f"`kernels.row_chunk`)."
                                if len(who) > tree else "."))
     if "bfloat16" in machine:
         dtype_note = ("The CPU does bf16 matrix work in hardware (AMX-BF16), so `--dtype auto` runs bfloat16: the regime "

@@ -14,15 +14,13 @@ many, whatever masked keys follow it (tests/test_attention.py checks it against 
 pass that skip keys (lookahead's candidate branches) are not covered. Float32 scores are also closer to exact
 attention than eager bf16 scores (rounded to bf16 before the softmax).
 
-What still differs is outside attention. On one benchmark prompt (conversation-01, turn 1) `ar`'s cache built
-token by token differed from one built in a 140-row pass from layer 0's MLP on: oneDNN's packed bf16 product of
-the down projection (896 x 4864, paradec/kernels.py) uses one kernel up to 32 rows and another from 64 rows on,
-and on that prompt's real activations the two disagree on 14 of 140 rows (products of 1-32 rows agree with each
-other; the random-data test in tests/test_kernels.py did not catch it). `pld`'s first pass holds the prompt and
-its first proposals (over 32 rows), so the proposals it accepts there carry the many-row kernel's numbers while
-`ar` computes those tokens one row at a time; at an exact tie in the logits `pld` then picked the other token.
-Prefilling the prompt alone before verifying drafts would remove that case. The benchmarks of 2026-12-03 show
-3 mismatches in about 300 lossless generations against 38 before this module.
+What differed outside attention: on one benchmark prompt (conversation-01, turn 1) `ar`'s cache built token by
+token differed from one built in a 140-row pass from layer 0's MLP on. oneDNN's packed bf16 product of the down
+projection (896 x 4864) runs another kernel from 33 rows on, whose rows differ from the same rows alone, and `pld`'s
+first pass (the prompt and its first proposals, over 32 rows) cached the proposals it accepted with those numbers;
+at an exact tie it then picked the other token. paradec/kernels.py now computes such products in pieces of 32 rows
+(`row_chunk`), so a verifying row sees `ar`'s numbers in the linears too (tests/test_attention.py checks it on the
+default model: prompt plus 10 drafts in one pass against one-token passes).
 
 Its scores take memory and float32 work in proportion to rows x keys, so a pass of more than `EXACT_MAX_ROWS`
 rows whose scores would exceed `EXACT_MAX_SCORES` entries per key/value head (the prefill of a prompt over 512

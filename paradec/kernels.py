@@ -12,9 +12,18 @@ In bfloat16 on a CPU with AMX, torch's `F.linear` hands oneDNN a plain weight, w
 kernels again at every call. `pack_linears(model)` keeps each weight in oneDNN's own layout instead (laid out
 once, on first use, and again whenever the weight changes) and multiplies through it: on an Intel Xeon with
 AMX-BF16 the (4864 x 896) projection over 1-16 rows takes 0.31 ms instead of 0.44 ms, the LM head 13 ms instead
-of 18 ms. The products are row-independent on random data at every width tested (tests/test_kernels.py), but not
-always on real activations: for the MLP's down projection (896 x 4864) of Qwen2.5-0.5B, 4 of 140 rows of a 140-row
-product differed from the same rows computed alone (one benchmark prompt, 2026-12-03), enough to flip an exact tie.
+of 18 ms.
+
+Row-exactness. A verifying pass must give each row the numbers that row gets in a pass of its own, or a strategy
+that caches drafted tokens from a many-row pass (the prompt plus proposals, say) drifts from `ar`, which computes
+them one at a time. oneDNN's packed products are row-exact up to 32 rows, and for most shapes at any row count, but
+not for every shape: for the down projection of Qwen2.5-0.5B (896 x 4864) a product over 33 or more rows runs
+another kernel, which gave 3 of 33 rows, 74 of 512 rows other numbers than the same rows alone (real activations,
+2026-12-03; random data shows it as well) - enough to flip an exact tie in the benchmarks. So each packed weight's
+shape is probed once (`row_chunk`): where a product over more than `ROW_CHUNK` rows differs from the same rows in
+pieces of `ROW_CHUNK`, every product over more rows is computed in such pieces. That costs prefill time for the
+shapes that need it (Qwen2.5-0.5B, 2 cores: a 128-token prefill 131 -> 156 ms, 512 tokens 509 -> 577 ms) and
+nothing in decoding passes of up to 32 rows.
 
 Sibling linears that read one input (q/k/v, gate/up) are stacked into one packed weight (`_Group`): over a
 one-token pass of Qwen2.5-0.5B the linears take about 44 ms instead of 48 ms (fewer, larger products keep the
@@ -102,6 +111,41 @@ def packing_available() -> bool:
                 and hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise"))
 
 
+ROW_CHUNK = 32          # oneDNN's few-row kernels are row-exact up to this many rows (probed per shape below)
+_ROW_CHUNKS: dict[tuple[int, int], int | None] = {}
+
+
+def _linear(x2: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x2, packed, bias, "none", [], "")
+
+
+def packed_product(x2: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
+                   chunk: int | None) -> torch.Tensor:
+    """x2 (rows, in) through a packed weight; in pieces of `chunk` rows when it has more (see `row_chunk`)."""
+    if chunk is None or x2.shape[0] <= chunk:
+        return _linear(x2, packed, bias)
+    return torch.cat([_linear(x2[i:i + chunk], packed, bias) for i in range(0, x2.shape[0], chunk)])
+
+
+def row_chunk(out_features: int, in_features: int) -> int | None:
+    """`ROW_CHUNK` when oneDNN's packed bf16 product of this shape gives rows of a many-row product other numbers
+    than the same rows in pieces of `ROW_CHUNK` rows (which equal one-row products: tests/test_kernels.py);
+    None when the shape is row-exact at any row count. Probed once per shape, with random data (which shows the
+    kernel switch as real activations do), at rows 33, 40, 48 and 64. The probe's weight has at most 16,384 output
+    rows (an LM head's 151,936 would cost a second; the summation order of an output is set by the input width)."""
+    key = (int(out_features), int(in_features))
+    if key not in _ROW_CHUNKS:
+        g = torch.Generator().manual_seed(1234)
+        w = (torch.randn(min(key[0], 16384), key[1], generator=g) * 0.02).to(torch.bfloat16)
+        x = torch.randn(2 * ROW_CHUNK, key[1], generator=g).to(torch.bfloat16)
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, 1)
+        with torch.inference_mode():
+            pieces = packed_product(x, packed, None, ROW_CHUNK)
+            exact = all(torch.equal(_linear(x[:m], packed, None), pieces[:m]) for m in (33, 40, 48, 64))
+        _ROW_CHUNKS[key] = None if exact else ROW_CHUNK
+    return _ROW_CHUNKS[key]
+
+
 class _Packed:
     """A linear's forward through its weight in oneDNN's layout, for bf16 inference on a CPU; anything else
     (gradients, another dtype or device) goes through F.linear. The packed copy is made on first use and again
@@ -121,8 +165,8 @@ class _Packed:
         if tag != self.tag:
             self.packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), 1)
             self.tag = tag
-        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), self.packed,
-                                               None if b is None else b.detach(), "none", [], "")
+        y = packed_product(x.reshape(-1, x.shape[-1]), self.packed, None if b is None else b.detach(),
+                           row_chunk(w.shape[0], w.shape[1]))
         return y.view(*x.shape[:-1], w.shape[0])
 
 
@@ -173,7 +217,8 @@ class _Group:
             self.bias = None if mods[0].bias is None else torch.cat([m.bias.detach() for m in mods])
             self.sizes = [m.weight.shape[0] for m in mods]
             self.tag = tag
-        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), self.packed, self.bias, "none", [], "")
+        y = packed_product(x.reshape(-1, x.shape[-1]), self.packed, self.bias,
+                           row_chunk(sum(self.sizes), x.shape[-1]))
         outs = list(y.view(*x.shape[:-1], y.shape[-1]).split(self.sizes, -1))
         mine, outs[i] = outs[i], None
         self.x, self.outs = x, outs

@@ -88,3 +88,17 @@ def test_a_long_prefill_goes_to_sdpa(monkeypatch):
     assert not calls
     e.forward(list(range(5, 205)), e.new_cache(), logits_to_keep=1)       # 200 x 200: SDPA
     assert len(calls) == 2                                                # once per layer
+
+
+def test_on_the_default_model_a_prompt_plus_drafts_pass_gives_the_drafts_one_token_numbers(default_engine):
+    """What pld, sps, ptp and lookahead do in their first pass (prompt and proposals together, over 32 rows) must
+    give the proposals' rows the logits `ar` computes for them one pass at a time: both the attention and the
+    packed bf16 down projection (`kernels.row_chunk`) are row-exact there. Without the row pieces 6 of these 11
+    rows differ (Intel Xeon with AMX-BF16, 2026-12-03)."""
+    e = default_engine
+    ids = e.tokenizer(("The quick brown fox jumps over the lazy dog while the cat sleeps. " * 30))["input_ids"][:200]
+    together = e.forward(ids, e.new_cache(), logits_to_keep=11)[0]
+    c = e.new_cache()
+    apart = [e.forward(ids[:190], c, logits_to_keep=1)[0, -1]]
+    apart += [e.forward([t], c, logits_to_keep=1)[0, -1] for t in ids[190:]]
+    assert all(torch.equal(together[i], apart[i]) for i in range(11))

@@ -89,6 +89,25 @@ def test_a_packed_bf16_linear_matches_f_linear_and_is_row_independent():
 
 
 @needs_packing
+def test_a_wide_input_projection_is_row_exact_at_any_row_count():
+    """Qwen2.5-0.5B's down projection shape (4864 -> 896): oneDNN runs another kernel from 33 rows on, whose rows
+    differ from the same rows alone (seen on AMX; `row_chunk` probes for it). Through the packed module every row
+    of a pass of up to 100 rows equals the row computed alone, which a verifying pass relies on."""
+    g = torch.Generator().manual_seed(2)
+    lin = nn.Linear(4864, 896, bias=False).to(torch.bfloat16)
+    kernels.pack_linears(lin)
+    x = torch.randn(100, 4864, generator=g).to(torch.bfloat16)
+    with torch.no_grad():
+        alone = torch.cat([lin(x[i:i + 1]) for i in range(100)])
+        for rows in (2, 32, 33, 40, 64, 100):
+            assert torch.equal(lin(x[:rows]), alone[:rows]), rows
+        raw = kernels._linear(x[:64], lin.forward.packed, None)
+    chunk = kernels.row_chunk(896, 4864)
+    assert chunk in (None, kernels.ROW_CHUNK)
+    assert (chunk is None) == torch.equal(raw, alone[:64])     # pieces exactly where the plain kernel is not exact
+
+
+@needs_packing
 def test_a_packed_linear_keeps_gradients_hooks_and_its_own_copy():
     import copy
     lin = nn.Linear(8, 5).to(torch.bfloat16)
