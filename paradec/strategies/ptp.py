@@ -132,7 +132,7 @@ class ParallelTokenPrediction(Strategy):
                 u_rows = [ud.span(s + j + 1, nslots) for j in branches]
                 e_aux = torch.cat([ad.slot_inputs(u, sp.greedy) for u in u_rows]).to(engine.device, engine.dtype)
                 embeds = torch.cat([e_real, e_aux])[None]
-                with ad.gated(aux_idx):
+                with ad.gated(len(aux_idx)):             # the slots are the pass's last rows: a tail gate
                     logits = engine.forward(None, cache, (past + offsets)[None], engine.tree_mask(past, allowed),
                                             logits_to_keep=m + 1 + len(aux_idx), embeds=embeds, upcast=False)[0]
             rows, aux = logits[:m + 1], logits[m + 1:].view(len(branches), nslots, -1)
