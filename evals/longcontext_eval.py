@@ -252,6 +252,10 @@ def evaluate(engine, items: list[dict], strategies: list[str], window: int, stor
     row per (item, strategy)."""
     per_token = kv_bytes_per_token(engine)
     rows = []
+    if items:                # one short untimed answer each first: a model's first passes pack its bf16 weights on
+        warm = Request(prompt="Say hello.", max_new_tokens=4)     # a CPU (half a second and a second copy), which
+        for s in strategies:                                        # the first item's figures must not carry
+            run_strategy(engine, s, warm, window)
     for it in items:
         req = Request(prompt=it["prompt"], chat=it.get("chat", True), max_new_tokens=MAX_NEW[it["task"]])
         n_in = len(engine.encode(req))
