@@ -31,3 +31,31 @@ def test_smoke_train_resume_and_load(tmp_path):
     r = Request(prompt="What does `os.getcwd` do?", max_new_tokens=4, ignore_eos=True)
     assert len([t for s in get("ar").stream(e, r) for t in s.token_ids]) == 4
     assert e.has_chat_template
+
+
+def test_the_teacher_cache_grows_and_answers_only_new_prompts(tiny_engine, tmp_path, monkeypatch):
+    """A larger prompt set whose first prompts are a smaller set's reuses the cached answers (the same rows) and
+    answers only the new prompts; a cache of another length is not reused."""
+    from paradec import decoding
+    from paradec.training.teacher import teacher_rows
+    calls = []
+    real = decoding.generate
+
+    def counting(engine, prompts, *a, **k):
+        calls.append(len(prompts))
+        return real(engine, prompts, *a, **k)
+    monkeypatch.setattr(decoding, "generate", counting)
+    prompts = [[5 + i, 9 + 2 * i, 40 + i] for i in range(5)]
+    f = tmp_path / "teacher.pt"
+    first = teacher_rows(tiny_engine, prompts[:3], 6, 0, f, "train")
+    assert calls == [3, 3] and len(first) == 6 and sum(r["greedy"] for r in first) == 3
+    more = teacher_rows(tiny_engine, prompts, 6, 0, f, "train")
+    assert calls == [3, 3, 2, 2] and len(more) == 10
+    old = {(tuple(r["prompt"]), r["greedy"]): r["completion"] for r in first}
+    assert all(old[(tuple(r["prompt"]), r["greedy"])] == r["completion"] for r in more if tuple(r["prompt"]) in
+               {tuple(p) for p in prompts[:3]})
+    assert [r["greedy"] for r in more] == [False] * 5 + [True] * 5        # sampled rows first, then greedy
+    again = teacher_rows(tiny_engine, prompts, 6, 0, f, "train")
+    assert calls == [3, 3, 2, 2] and again == more                         # all cached now
+    teacher_rows(tiny_engine, prompts[:2], 7, 0, f, "train")              # another length: answered anew
+    assert calls[-2:] == [2, 2]

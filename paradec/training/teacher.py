@@ -31,23 +31,42 @@ def default_cache(engine) -> Path:
 
 def teacher_rows(engine, prompts: list[list[int]], max_new: int, seed: int, cache_file: Path, label: str,
                  batch: int = 16) -> list[dict]:
-    """One sampled (T 0.7, top-k 50, top-p 0.95) and one greedy completion per prompt, cached in cache_file."""
+    """One sampled (T 0.7, top-k 50, top-p 0.95) and one greedy completion per prompt, cached in cache_file.
+
+    The cache grows: answers already there for the same model, length and seed are kept, and only prompts
+    without them are answered (a larger --prompts, whose first prompts are the smaller set's, costs only the
+    new ones). The new prompts' sampled answers draw from a generator seeded with the seed and the number of
+    prompts answered before, so a cache built in steps is reproducible step for step."""
     from tqdm import tqdm
-    key = {"model": engine.name, "n": len(prompts), "max_new": max_new, "seed": seed,
-           "prompts_hash": hash(tuple(tuple(p) for p in prompts)) & 0xFFFFFFFF}
+    key = {"model": engine.name, "max_new": max_new, "seed": seed}
+    have: dict[tuple, list[dict]] = {}
     if cache_file.exists():
         saved = torch.load(cache_file)
-        if saved.get("key") == key:
-            return saved["rows"]
-    rows = []
-    with tqdm(total=2 * len(prompts), desc=f"teacher completions ({label})", file=sys.stderr,
-              mininterval=5) as bar:
-        for greedy, sp in ((False, TEACHER_SP), (True, SamplingParams())):
-            comps = decoding.generate(engine, prompts, max_new, sp, seed + int(greedy), batch, bar)
-            rows += [{"prompt": p, "completion": c, "greedy": greedy} for p, c in zip(prompts, comps) if c]
-    cache_file.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"key": key, "rows": rows}, cache_file)
-    return rows
+        old = saved.get("key") or {}
+        if all(old.get(k) == v for k, v in key.items()):
+            for r in saved["rows"]:
+                have.setdefault(tuple(r["prompt"]), []).append(r)
+            for p in saved.get("empty", []):       # prompts answered with nothing (kept so they are not redone)
+                have.setdefault(tuple(p), [])
+    todo = [p for p in prompts if tuple(p) not in have]
+    if todo:
+        done_before = len(have)
+        with tqdm(total=2 * len(todo), desc=f"teacher completions ({label})", file=sys.stderr,
+                  mininterval=5) as bar:
+            for greedy, sp in ((False, TEACHER_SP), (True, SamplingParams())):
+                s = seed + int(greedy) + (1000 * done_before if done_before else 0)
+                comps = decoding.generate(engine, todo, max_new, sp, s, batch, bar)
+                for p, c in zip(todo, comps):
+                    have.setdefault(tuple(p), [])
+                    if c:
+                        have[tuple(p)].append({"prompt": p, "completion": c, "greedy": greedy})
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_name(cache_file.name + ".tmp")
+        torch.save({"key": key, "rows": [r for rs in have.values() for r in rs],
+                    "empty": [list(p) for p, rs in have.items() if not rs]}, tmp)
+        tmp.replace(cache_file)
+    wanted = [r for p in prompts for r in have[tuple(p)]]
+    return [r for r in wanted if not r["greedy"]] + [r for r in wanted if r["greedy"]]
 
 
 def encode_prompts(engine, prompts: list[dict], max_prompt: int) -> tuple[list[list[int]], dict]:
