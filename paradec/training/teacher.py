@@ -4,7 +4,8 @@
 standard library, disjoint from evals/suites) and the held-out ones, and has the target answer each twice:
 once sampled at the PTP paper's settings (T 0.7, top-k 50, top-p 0.95) and once greedily (the Arena's
 default), in left-padded batches. The answers are cached under data/work/<model>-teacher/ (teacher.pt,
-teacher_heldout.pt), keyed by model, prompt ids, length and seed, so the draft distiller and the PTP trainer
+teacher_heldout.pt), per prompt, for one model, length and seed (a larger prompt set answers only its new
+prompts), so the draft distiller and the PTP trainer
 made for the same target read one set of answers: generating them costs about 40 minutes on 2 CPU cores for
 the default model, and a second trainer pays nothing.
 """
