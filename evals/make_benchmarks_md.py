@@ -466,9 +466,12 @@ def default_part() -> str:
                for m in re.findall(r"logit margin (-?[0-9.]+)", (B / f"default-{suite}.md").read_text())]
     margin_note = ""
     if not margins and "bfloat16" in machine:
-        margin_note = (" Every verifying row of a pass now has `ar`'s numbers bit for bit (row-exact attention, "
-                       "`paradec/attention.py`); the bf16 runs before it (2026-12-02) had 38 mismatches, all at "
-                       "near-ties within 0.25 logit, from the fused attention kernel's row blocking.")
+        margin_note = (" A verifying row that sees a prefix of its pass's keys now has `ar`'s numbers bit for bit: "
+                       "attention runs per query row (`paradec/attention.py`) and oneDNN's bf16 down projection over "
+                       "more than 32 rows is computed in 32-row pieces (`kernels.row_chunk`). The bf16 runs of "
+                       "2026-12-02 had 38 mismatches (fused attention's row blocking), those of 2026-12-03 07:37 UTC "
+                       "3 (the down projection; lookahead). Lookahead's candidate rows skip keys of their pass, so "
+                       "they are not covered by that argument; none differed in these runs.")
     if margins:
         who = [m for suite in have for m in re.findall(r"^- ([\w-]+), item", (B / f"default-{suite}.md").read_text(),
                                                        re.M)]
