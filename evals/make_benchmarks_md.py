@@ -468,7 +468,7 @@ def default_part() -> str:
     if not margins and "bfloat16" in machine:
         margin_note = (" A verifying row that sees a prefix of its pass's keys now has `ar`'s numbers bit for bit: "
                        "attention runs per query row (`paradec/attention.py`) and oneDNN's bf16 down projection over "
-                       "more than 32 rows is computed in 32-row pieces (`kernels.row_chunk`). The bf16 runs of "
+                       "more than 32 rows is computed in 32-row pieces on AMX (`kernels.row_plan`). The bf16 runs of "
                        "2026-12-02 had 38 mismatches (fused attention's row blocking), those of 2026-12-03 07:37 UTC "
                        "3 (the down projection; lookahead). Lookahead's candidate rows skip keys of their pass, so "
                        "they are not covered by that argument; none differed in these runs.")
@@ -489,7 +489,7 @@ def default_part() -> str:
                             + (f"; the other {len(who) - tree} ({', '.join(sorted(set(w for w in who if w != 'lookahead')))}) "
                                f"are outside attention (runs before 2026-12-03 11:30 UTC: oneDNN's bf16 down "
                                f"projection over more than 32 rows, since computed in 32-row pieces, "
-                               f"`kernels.row_chunk`)."
+                               f"`kernels.row_plan`)."
                                if len(who) > tree else "."))
     if "bfloat16" in machine:
         dtype_note = ("The CPU does bf16 matrix work in hardware (AMX-BF16), so `--dtype auto` runs bfloat16: the regime "

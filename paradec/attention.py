@@ -6,9 +6,11 @@ of query rows, so in bfloat16 the same row rounds differently in a 6-row pass th
 logits of Qwen2.5-0.5B): at a near-tie a verifying pass picks another token than `ar` (the 38 "lossless
 mismatches" of the 2026-12-02 benchmarks, every one within 0.25 logit).
 
-`exact_attention` computes every row as plain products in float32: scores q k^T (one batched product, the
+`exact_attention` computes every row as plain products: scores q k^T in float32 (one batched product, the
 query heads grouped onto their key/value head, so GQA needs no copied keys), the additive mask, softmax,
-then p v; the row's output is cast back to the model's dtype. A row that sees a prefix of the keys (causal
+then p v summed in float64 (on an AMD EPYC, MKL's float32 product summed a row over its 196 keys in another order
+than over the same keys followed by a pass's masked ones, whose weights are 0: 21 of 22 rows differed); the
+row's output is cast back to the model's dtype. A row that sees a prefix of the keys (causal
 rows: `ar`'s, and every verifying row of sps, pld and PTP) gets the same numbers whether it is alone or one of
 many, whatever masked keys follow it (tests/test_attention.py checks it against one-token passes). Rows of a tree
 pass that skip keys (lookahead's candidate branches) are not covered. Float32 scores are also closer to exact
@@ -18,13 +20,15 @@ What differed outside attention: on one benchmark prompt (conversation-01, turn 
 token differed from one built in a 140-row pass from layer 0's MLP on. oneDNN's packed bf16 product of the down
 projection (896 x 4864) runs another kernel from 33 rows on, whose rows differ from the same rows alone, and `pld`'s
 first pass (the prompt and its first proposals, over 32 rows) cached the proposals it accepted with those numbers;
-at an exact tie it then picked the other token. paradec/kernels.py now computes such products in pieces of 32 rows
-(`row_chunk`), so a verifying row sees `ar`'s numbers in the linears too (tests/test_attention.py checks it on the
-default model: prompt plus 10 drafts in one pass against one-token passes).
+at an exact tie it then picked the other token. paradec/kernels.py now probes each weight shape for a plan that
+makes its rows independent of the row count (`row_plan`: 32-row pieces on that Xeon; on an AMD EPYC without AMX,
+where the one-row kernel is the odd one out, a lone row padded to two), so a verifying row sees `ar`'s numbers in
+the linears too (tests/test_attention.py checks it on the default model: prompt plus 10 drafts in one pass against
+one-token passes).
 
 Its scores take memory and float32 work in proportion to rows x keys, so a pass of more than `EXACT_MAX_ROWS`
 rows whose scores would exceed `EXACT_MAX_SCORES` entries per key/value head (the prefill of a prompt over 512
-tokens) goes to SDPA, which never materialises them and multiplies in bf16: a prefill of 256 / 1,000 / 2,000
+tokens) goes to SDPA, which never materialises them (nor, for a prefill with no padding, the mask: `exact_mask`) and multiplies in bf16: a prefill of 256 / 1,000 / 2,000
 tokens of Qwen2.5-0.5B took 253 / 2,044 / 6,942 ms through the products against 232 / 800 / 2,081 ms through SDPA
 (Intel Xeon with AMX, 2 cores). Such a prefill is the same for every strategy when its shape is; a strategy
 whose first pass appends drafts to a long prompt may then round the prompt's cache differently from `ar`.
@@ -46,7 +50,7 @@ def exact_attention(module, query, key, value, attention_mask, dropout: float = 
     """(B, H, T, D) queries over (B, KVH, L, D) keys and values -> ((B, T, H, D) output, None)."""
     B, H, T, D = query.shape
     KVH, L = key.shape[1], key.shape[2]
-    if ((T > EXACT_MAX_ROWS and T * L > EXACT_MAX_SCORES) or (dropout and module.training)
+    if (goes_to_sdpa(T, L) or (dropout and module.training)
             or kwargs.get("softcap") is not None or kwargs.get("sinks") is not None or H % KVH):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
@@ -62,16 +66,34 @@ def exact_attention(module, query, key, value, attention_mask, dropout: float = 
         m = m.view(m.shape[0], KVH, g, T, L) if m.shape[1] == H else m[:, :, None]
         s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s.add_(m.float())
     p = torch.softmax(s, dim=-1).view(B, KVH, g * T, L)
-    o = torch.matmul(p, value.float()).view(B, H, T, D)
+    # p v sums over the keys in float64: float32 GEMMs (MKL on an AMD EPYC) sum a row over 196 keys in another order
+    # than over the same keys followed by zero weights; float64 sums of float32 products round back the same
+    o = torch.matmul(p.double(), value.double()).view(B, H, T, D)
     return o.to(query.dtype).transpose(1, 2).contiguous(), None
 
 
+def goes_to_sdpa(rows: int, keys: int) -> bool:
+    """Whether `exact_attention` hands a pass of `rows` queries over `keys` keys to SDPA (too many scores)."""
+    return rows > EXACT_MAX_ROWS and rows * keys > EXACT_MAX_SCORES
+
+
+def exact_mask(batch_size: int, q_length: int, kv_length: int, *args, **kwargs):
+    """The mask `exact_attention` gets: eager's additive mask for the passes it computes itself; for a pass it hands
+    to SDPA, SDPA's own mask, which is None (SDPA's causal flag) for a prefill with no padding, so a long prompt
+    never materialises its L x L mask (2 GB at 32K tokens in bf16) nor repeats keys for GQA."""
+    from transformers.masking_utils import eager_mask, sdpa_mask
+    if goes_to_sdpa(q_length, kv_length):
+        kwargs.pop("dtype", None)
+        return sdpa_mask(batch_size, q_length, kv_length, *args, **kwargs)
+    return eager_mask(batch_size, q_length, kv_length, *args, **kwargs)
+
+
 def register() -> str:
-    """Register `exact_attention` (and eager's additive masks for it) with transformers; returns its name."""
+    """Register `exact_attention` (and `exact_mask` for it) with transformers; returns its name."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
     AttentionInterface.register(NAME, exact_attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, eager_mask)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, exact_mask)
     return NAME
 
 

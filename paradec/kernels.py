@@ -16,14 +16,17 @@ of 18 ms.
 
 Row-exactness. A verifying pass must give each row the numbers that row gets in a pass of its own, or a strategy
 that caches drafted tokens from a many-row pass (the prompt plus proposals, say) drifts from `ar`, which computes
-them one at a time. oneDNN's packed products are row-exact up to 32 rows, and for most shapes at any row count, but
-not for every shape: for the down projection of Qwen2.5-0.5B (896 x 4864) a product over 33 or more rows runs
-another kernel, which gave 3 of 33 rows, 74 of 512 rows other numbers than the same rows alone (real activations,
-2026-12-03; random data shows it as well) - enough to flip an exact tie in the benchmarks. So each packed weight's
-shape is probed once (`row_chunk`): where a product over more than `ROW_CHUNK` rows differs from the same rows in
-pieces of `ROW_CHUNK`, every product over more rows is computed in such pieces. That costs prefill time for the
-shapes that need it (Qwen2.5-0.5B, 2 cores: a 128-token prefill 131 -> 156 ms, 512 tokens 509 -> 577 ms) and
-nothing in decoding passes of up to 32 rows.
+them one at a time. oneDNN's packed products are row-exact for most shapes at any row count, but not for every
+shape, and which kernel switches where depends on the CPU. For the down projection of Qwen2.5-0.5B (896 x 4864):
+on an Intel Xeon with AMX-BF16 a product over 33 or more rows runs another kernel, which gave 3 of 33 rows, 74 of
+512 rows other numbers than the same rows alone (real activations, 2026-12-03); on an AMD EPYC with AVX512-BF16
+(no AMX) every product over 2 or more rows agrees row for row, but a one-row product runs its own kernel, which
+gave 18 of 64 random rows other numbers (2026-12-04). Random data shows both as real activations do. So each
+packed weight's shape is probed once (`row_plan`) for the cheapest plan under which every row count gives each row
+the same numbers: as it is; in pieces of at most `ROW_CHUNK` rows; a lone row padded with a zero row to two; or
+both. Pieces cost prefill time for the shapes that need them (Qwen2.5-0.5B on the Xeon, 2 cores: a 128-token
+prefill 131 -> 156 ms, 512 tokens 509 -> 577 ms) and nothing in passes of up to 32 rows; the padded row costs
+nothing measurable (0.132 against 0.138 ms for that projection on the EPYC).
 
 Sibling linears that read one input (q/k/v, gate/up) are stacked into one packed weight (`_Group`): over a
 one-token pass of Qwen2.5-0.5B the linears take about 44 ms instead of 48 ms (fewer, larger products keep the
@@ -111,8 +114,10 @@ def packing_available() -> bool:
                 and hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise"))
 
 
-ROW_CHUNK = 32          # oneDNN's few-row kernels are row-exact up to this many rows (probed per shape below)
-_ROW_CHUNKS: dict[tuple[int, int], int | None] = {}
+ROW_CHUNK = 32          # oneDNN's few-row kernels agree with each other up to this many rows (probed per shape)
+# the plans `row_plan` tries, cheapest first: (fewest rows a product is given, most rows per product)
+PLANS = ((1, None), (1, ROW_CHUNK), (2, None), (2, ROW_CHUNK))
+_ROW_PLANS: dict[tuple[int, int], tuple[int, int | None]] = {}
 
 
 def _linear(x2: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -120,30 +125,39 @@ def _linear(x2: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -
 
 
 def packed_product(x2: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
-                   chunk: int | None) -> torch.Tensor:
-    """x2 (rows, in) through a packed weight; in pieces of `chunk` rows when it has more (see `row_chunk`)."""
-    if chunk is None or x2.shape[0] <= chunk:
+                   plan: tuple[int, int | None] = (1, None)) -> torch.Tensor:
+    """x2 (rows, in) through a packed weight under `plan` = (least, most) rows per product (see `row_plan`):
+    fewer rows than `least` are padded with zero rows (and cut off again), more than `most` go in pieces."""
+    least, most = plan
+    n = x2.shape[0]
+    if n < least:
+        pad = x2.new_zeros(least - n, x2.shape[1])
+        return _linear(torch.cat([x2, pad]), packed, bias)[:n]
+    if most is None or n <= most:
         return _linear(x2, packed, bias)
-    return torch.cat([_linear(x2[i:i + chunk], packed, bias) for i in range(0, x2.shape[0], chunk)])
+    return torch.cat([packed_product(x2[i:i + most], packed, bias, plan) for i in range(0, n, most)])
 
 
-def row_chunk(out_features: int, in_features: int) -> int | None:
-    """`ROW_CHUNK` when oneDNN's packed bf16 product of this shape gives rows of a many-row product other numbers
-    than the same rows in pieces of `ROW_CHUNK` rows (which equal one-row products: tests/test_kernels.py);
-    None when the shape is row-exact at any row count. Probed once per shape, with random data (which shows the
-    kernel switch as real activations do), at rows 33, 40, 48 and 64. The probe's weight has at most 16,384 output
-    rows (an LM head's 151,936 would cost a second; the summation order of an output is set by the input width)."""
+def row_plan(out_features: int, in_features: int) -> tuple[int, int | None]:
+    """The first of `PLANS` under which oneDNN's packed bf16 product of this shape gives every row the numbers
+    that row gets alone (itself through the plan), at rows 2, 3, 5, 17, 33, 40 and 64. Probed once per shape with
+    random data; the probe's weight has at most 16,384 output rows (an LM head's 151,936 would cost a second; the
+    summation order of an output is set by the input width). No plan working leaves the shape as it is."""
     key = (int(out_features), int(in_features))
-    if key not in _ROW_CHUNKS:
+    if key not in _ROW_PLANS:
         g = torch.Generator().manual_seed(1234)
         w = (torch.randn(min(key[0], 16384), key[1], generator=g) * 0.02).to(torch.bfloat16)
         x = torch.randn(2 * ROW_CHUNK, key[1], generator=g).to(torch.bfloat16)
         packed = torch.ops.mkldnn._reorder_linear_weight(w, 1)
+        _ROW_PLANS[key] = PLANS[0]
         with torch.inference_mode():
-            pieces = packed_product(x, packed, None, ROW_CHUNK)
-            exact = all(torch.equal(_linear(x[:m], packed, None), pieces[:m]) for m in (33, 40, 48, 64))
-        _ROW_CHUNKS[key] = None if exact else ROW_CHUNK
-    return _ROW_CHUNKS[key]
+            for plan in PLANS:
+                alone = torch.cat([packed_product(x[i:i + 1], packed, None, plan) for i in range(x.shape[0])])
+                if all(torch.equal(packed_product(x[:m], packed, None, plan), alone[:m])
+                       for m in (2, 3, 5, 17, 33, 40, 64)):
+                    _ROW_PLANS[key] = plan
+                    break
+    return _ROW_PLANS[key]
 
 
 class _Packed:
@@ -166,7 +180,7 @@ class _Packed:
             self.packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), 1)
             self.tag = tag
         y = packed_product(x.reshape(-1, x.shape[-1]), self.packed, None if b is None else b.detach(),
-                           row_chunk(w.shape[0], w.shape[1]))
+                           row_plan(w.shape[0], w.shape[1]))
         return y.view(*x.shape[:-1], w.shape[0])
 
 
@@ -218,7 +232,7 @@ class _Group:
             self.sizes = [m.weight.shape[0] for m in mods]
             self.tag = tag
         y = packed_product(x.reshape(-1, x.shape[-1]), self.packed, self.bias,
-                           row_chunk(sum(self.sizes), x.shape[-1]))
+                           row_plan(sum(self.sizes), x.shape[-1]))
         outs = list(y.view(*x.shape[:-1], y.shape[-1]).split(self.sizes, -1))
         mine, outs[i] = outs[i], None
         self.x, self.outs = x, outs

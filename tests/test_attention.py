@@ -93,7 +93,7 @@ def test_a_long_prefill_goes_to_sdpa(monkeypatch):
 def test_on_the_default_model_a_prompt_plus_drafts_pass_gives_the_drafts_one_token_numbers(default_engine):
     """What pld, sps, ptp and lookahead do in their first pass (prompt and proposals together, over 32 rows) must
     give the proposals' rows the logits `ar` computes for them one pass at a time: both the attention and the
-    packed bf16 down projection (`kernels.row_chunk`) are row-exact there. Without the row pieces 6 of these 11
+    packed bf16 down projection (`kernels.row_plan`) are row-exact there. Without the row pieces 6 of these 11
     rows differ (Intel Xeon with AMX-BF16, 2026-12-03)."""
     e = default_engine
     ids = e.tokenizer(("The quick brown fox jumps over the lazy dog while the cat sleeps. " * 30))["input_ids"][:200]
@@ -102,3 +102,29 @@ def test_on_the_default_model_a_prompt_plus_drafts_pass_gives_the_drafts_one_tok
     apart = [e.forward(ids[:190], c, logits_to_keep=1)[0, -1]]
     apart += [e.forward([t], c, logits_to_keep=1)[0, -1] for t in ids[190:]]
     assert all(torch.equal(together[i], apart[i]) for i in range(11))
+
+
+def test_a_long_prefill_gets_sdpa_causal_flag_and_no_materialised_mask(monkeypatch):
+    """A prompt too long for the exact products builds no L x L mask: SDPA gets None (its causal flag) and the
+    logits equal the model's under transformers' own SDPA; a pass after a cache or a padded batch keeps a mask."""
+    masks = []
+    from transformers.integrations import sdpa_attention
+    real = sdpa_attention.sdpa_attention_forward
+    monkeypatch.setattr(sdpa_attention, "sdpa_attention_forward",
+                        lambda m, q, k, v, mask, *a, **kw: masks.append(mask) or real(m, q, k, v, mask, *a, **kw))
+    x, s = gqa_engine(), gqa_engine(exact=False)
+    ids = [(7 * i) % 500 + 5 for i in range(600)]                  # 600 rows x 600 keys: past EXACT_MAX_SCORES
+    assert attention.goes_to_sdpa(600, 600) and not attention.goes_to_sdpa(64, 10_000)
+    cx, cs = x.new_cache(), s.new_cache()
+    assert torch.equal(x.forward(ids, cx, logits_to_keep=1), s.forward(ids, cs, logits_to_keep=1))
+    assert masks and all(m is None for m in masks)
+    masks.clear()
+    more = [(3 * i) % 400 + 9 for i in range(520)]                 # 520 rows after 600 cached: a real mask
+    assert torch.equal(x.forward(more, cx, logits_to_keep=1), s.forward(more, cs, logits_to_keep=1))
+    assert masks and all(m is not None for m in masks[:2])
+    masks.clear()
+    rows = [ids, ids[:580]]                                        # left padding: a real mask
+    lx, _, _, _ = x.prefill_batch(rows)
+    ls, _, _, _ = s.prefill_batch(rows)
+    assert masks and masks[0] is not None
+    torch.testing.assert_close(lx.float(), ls.float(), rtol=0, atol=0.05)

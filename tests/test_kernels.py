@@ -90,21 +90,26 @@ def test_a_packed_bf16_linear_matches_f_linear_and_is_row_independent():
 
 @needs_packing
 def test_a_wide_input_projection_is_row_exact_at_any_row_count():
-    """Qwen2.5-0.5B's down projection shape (4864 -> 896): oneDNN runs another kernel from 33 rows on, whose rows
-    differ from the same rows alone (seen on AMX; `row_chunk` probes for it). Through the packed module every row
-    of a pass of up to 100 rows equals the row computed alone, which a verifying pass relies on."""
+    """Qwen2.5-0.5B's down projection shape (4864 -> 896): oneDNN's plain product gives some rows other numbers
+    than the same rows alone (on AMX from 33 rows on; on AVX512-BF16 without AMX the one-row kernel is the odd one
+    out); `row_plan` probes for a plan that removes it. Through the packed module every row of a pass of 1 to 100
+    rows equals the row computed alone, which a verifying pass relies on."""
     g = torch.Generator().manual_seed(2)
     lin = nn.Linear(4864, 896, bias=False).to(torch.bfloat16)
     kernels.pack_linears(lin)
     x = torch.randn(100, 4864, generator=g).to(torch.bfloat16)
     with torch.no_grad():
         alone = torch.cat([lin(x[i:i + 1]) for i in range(100)])
-        for rows in (2, 32, 33, 40, 64, 100):
+        for rows in (2, 3, 4, 32, 33, 40, 64, 100):
             assert torch.equal(lin(x[:rows]), alone[:rows]), rows
-        raw = kernels._linear(x[:64], lin.forward.packed, None)
-    chunk = kernels.row_chunk(896, 4864)
-    assert chunk in (None, kernels.ROW_CHUNK)
-    assert (chunk is None) == torch.equal(raw, alone[:64])     # pieces exactly where the plain kernel is not exact
+        packed = lin.forward.packed
+        raw = [kernels._linear(x[:m], packed, None) for m in (1, 2, 64)]
+        raw_alone = torch.cat([kernels._linear(x[i:i + 1], packed, None) for i in range(64)])
+    plan = kernels.row_plan(896, 4864)
+    assert plan in kernels.PLANS
+    plain_exact = torch.equal(raw[2], raw_alone) and torch.equal(raw[1], raw_alone[:2])
+    assert (plan == (1, None)) == plain_exact          # a plan exactly where the plain kernel is not exact
+    assert torch.equal(kernels.packed_product(x[:1], packed, None, (2, None)), raw[1][:1])   # padding: row 0 of 2
 
 
 @needs_packing
