@@ -424,18 +424,17 @@ a test checks it), held-out accuracy **{router['held_out_accuracy']}** on {route
 {mix}"""
 
 
-def default_part() -> str:
-    """The default model's section: a summary over the per-suite runs (docs/bench/default-SUITE.md) and the runs."""
-    have = [s for s in DEFAULT_SUITES if (B / f"default-{s}.md").exists()]
-    if not have:
-        return "No benchmark run on the default model yet: `bash evals/run_benchmarks.sh default`.\n"
+def summary_table(prefix: str = "default") -> tuple[list[str], list[str], list[float], int, list[int]]:
+    """The per-suite summary of the runs docs/bench/PREFIX-SUITE.md: (suites present, table lines,
+    ar / hf-generate ratios, lossless mismatches in all, ar's roofline percentages)."""
+    have = [s for s in DEFAULT_SUITES if (B / f"{prefix}-{s}.md").exists()]
     head = ("| suite | n | ar tok/s | ar ÷ hf-generate | sps speed-up (τ) | sps ÷ hf-assisted | pld speed-up (τ) | "
             "hf-pld speed-up | lookahead speed-up (τ) | ptp speed-up (τ) | lossless mismatches | "
             "ar vs read-bandwidth roofline |")
     lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     gen_ratios, mism_total, fracs = [], 0, []
     for suite in have:
-        name = f"default-{suite}.md"
+        name = f"{prefix}-{suite}.md"
         r = rows(name)
         def cell(x):
             return f"{r[x]['speed-up vs ar']} (τ {r[x]['tokens/pass']})" if x in r else "–"
@@ -454,6 +453,32 @@ def default_part() -> str:
                      f"{r['hf-pld']['speed-up vs ar'] if 'hf-pld' in r else '–'} | {cell('lookahead')} | {cell('ptp')} | "
                      f"{mism} | "
                      f"{(m.group(1) + '% of ' + m.group(2) + ' tok/s') if m else '–'} |")
+    return have, lines, gen_ratios, mism_total, fracs
+
+
+def second_machine_part(prefix: str = "epyc-default") -> str:
+    """The same benchmark on another CPU (docs/bench/PREFIX-SUITE.md), summarised; '' when there is none."""
+    have, lines, gen_ratios, mism_total, fracs = summary_table(prefix)
+    if not have:
+        return ""
+    machine, date = bullet(f"{prefix}-{have[0]}.md", "machine"), bullet(f"{prefix}-{have[0]}.md", "date")
+    return f"""**The same benchmark on a second CPU** (`DEFAULT_PREFIX={prefix} bash evals/run_benchmarks.sh default`;
+runs under docs/bench/ as `{prefix}-SUITE.md`). **Machine**: {machine}. **Date**: {date}.
+
+{chr(10).join(lines)}
+
+Over the {len(have)} suites on this CPU: `ar` ÷ `hf-generate` between **{min(gen_ratios):.2f}** and
+**{max(gen_ratios):.2f}**; `ar` at **{min(fracs) if fracs else '?'}–{max(fracs) if fracs else '?'}%** of its
+roofline; **{mism_total}** lossless mismatches.
+
+"""
+
+
+def default_part() -> str:
+    """The default model's section: a summary over the per-suite runs (docs/bench/default-SUITE.md) and the runs."""
+    have, lines, gen_ratios, mism_total, fracs = summary_table("default")
+    if not have:
+        return "No benchmark run on the default model yet: `bash evals/run_benchmarks.sh default`.\n"
     sot_rows = ""
     if "lists" in have:
         r = rows("default-lists.md")
@@ -552,7 +577,7 @@ Over the {len(have)} suites: `ar` ÷ `hf-generate` tokens/s between **{min(gen_r
 **{max(gen_ratios):.2f}** (goal ≥ 1.0); `ar` at **{min(fracs) if fracs else '?'}–{max(fracs) if fracs else '?'}%**
 of the read-bandwidth roofline measured in the same run (goal ≥ 80%); **{mism_total}** lossless mismatches.{margin_note}
 
-{bf16_costs}**Pass costs in float32 on an AVX2 CPU** (AMD EPYC, where this page's earlier runs were taken). In float32 on AVX2 torch's `F.linear` (x @ Wᵀ) packs every weight before a GEMM of a
+{second_machine_part()}{bf16_costs}**Pass costs in float32 on an AVX2 CPU** (AMD EPYC, where this page's earlier runs were taken). In float32 on AVX2 torch's `F.linear` (x @ Wᵀ) packs every weight before a GEMM of a
 few rows, so the weights cross memory more than once; paradec's engine now computes passes of 2–64 rows as W @ xᵀ
 (`paradec/kernels.py`), which streams each weight once. The table shows both, measured in one process
 (`python evals/forward_cost.py --compare`). Some widths are not stable run to run: a 4-token pass took 0.9

@@ -3,7 +3,8 @@
 #   bash evals/run_benchmarks.sh [section ...]     sections: default sot-default vllm cpu-peers lud-default peers spec sot race (default: default)
 #   default: every lossless strategy that runs on the default model (Qwen2.5-Coder-0.5B-Instruct; ptp with its
 #            shipped adapter), one run per suite,
-#            N_DEFAULT prompts each (docs/bench/default-SUITE.md)
+#            N_DEFAULT prompts each (docs/bench/default-SUITE.md; DEFAULT_PREFIX=epyc-default writes a second
+#            machine's runs to docs/bench/epyc-default-SUITE.md, summarised beside the first)
 #   sot-default: Skeleton-of-Thought on the default model: ar, sot, sot-seq and sot-r on the list-style suite
 #            (N_SOT prompts, answers up to 512 tokens: the paper's end-to-end measure), the quality report
 #            (evals/sot_quality.py: ROUGE-L, point coverage, the model as judge with its reliability), and sot-r
@@ -33,6 +34,7 @@ OUT=docs/bench
 mkdir -p "$OUT"
 export HF_HUB_OFFLINE=1
 N_DEFAULT=${N_DEFAULT:-6}
+DEFAULT_PREFIX=${DEFAULT_PREFIX:-default}   # another machine's default runs: DEFAULT_PREFIX=epyc-default (own pages)
 N_SOT=${N_SOT:-8}
 N_MIX=${N_MIX:-2}
 N_PEERS=${N_PEERS:-1}
@@ -74,7 +76,7 @@ for s in $sections; do
         strategies=ar,hf-generate,sps,hf-assisted,pld,hf-pld,lookahead,ptp
         [ "$suite" = lists ] && strategies=$strategies,sot,sot-seq,sot-r
         $PY -m paradec bench --suite "$suite" --strategies "$strategies" --limit "$N_DEFAULT" --max-new-tokens 64 \
-          --no-perplexity --db "$DB" --name "default model ($suite)" --markdown "$OUT/default-$suite.md"
+          --no-perplexity --db "$DB" --name "$DEFAULT_PREFIX model ($suite)" --markdown "$OUT/$DEFAULT_PREFIX-$suite.md"
       done ;;
     sot-default) # issue 19
       $PY -m paradec bench --suite lists --strategies ar,sot,sot-seq,sot-r --limit "$N_SOT" --max-new-tokens 512 \
