@@ -314,7 +314,10 @@ class Engine:
                                                                                           device=self.device)
         positions = (start + new_mask.cumsum(1) - 1).clamp_min(0)
         cache = cache if cache is not None else self.new_cache()
-        logits = self.forward(ids, cache, positions, self.batch_mask(mask, T), logits_to_keep=1)
+        # rows of one length after no cache need no padding mask: the model builds its causal one, which for a long
+        # pass is SDPA's causal flag (attention.exact_mask) instead of B x T x T additive entries
+        plain = past_mask is None and all(len(r) == T for r in rows)
+        logits = self.forward(ids, cache, positions, None if plain else self.batch_mask(mask, T), logits_to_keep=1)
         return logits[:, -1], cache, mask, positions[:, -1] + 1
 
     def batch_mask(self, mask2d: torch.Tensor, q: int) -> torch.Tensor:

@@ -128,3 +128,19 @@ def test_a_long_prefill_gets_sdpa_causal_flag_and_no_materialised_mask(monkeypat
     ls, _, _, _ = s.prefill_batch(rows)
     assert masks and masks[0] is not None
     torch.testing.assert_close(lx.float(), ls.float(), rtol=0, atol=0.05)
+
+
+def test_a_batch_of_equal_long_rows_prefills_with_the_causal_flag_and_each_row_as_alone(monkeypatch):
+    """prefill_batch of rows of one length (pcw's and ape's chunks) passes no padding mask: SDPA gets its causal
+    flag, and each row's last logits equal the row prefilled alone."""
+    masks = []
+    from transformers.integrations import sdpa_attention
+    real = sdpa_attention.sdpa_attention_forward
+    monkeypatch.setattr(sdpa_attention, "sdpa_attention_forward",
+                        lambda m, q, k, v, mask, *a, **kw: masks.append(mask) or real(m, q, k, v, mask, *a, **kw))
+    e = gqa_engine()
+    rows = [[(7 * i + 3 * r) % 500 + 5 for i in range(600)] for r in range(3)]
+    last, _, mask, nxt = e.prefill_batch(rows)
+    assert masks and all(m is None for m in masks) and bool(mask.all()) and nxt.tolist() == [600] * 3
+    for r, row in enumerate(rows):
+        assert torch.equal(last[r], e.forward(row, e.new_cache(), logits_to_keep=1)[0, -1])
