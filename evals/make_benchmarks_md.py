@@ -532,7 +532,8 @@ def default_part() -> str:
                       "1.2 one-token passes: verifying drafts is nearly free here, as the issues expected. Since "
                       "2026-12-03 sibling linears that read one input (q/k/v, gate/up) are stacked into one packed "
                       "weight (the linears of a one-token pass 48 -> 44 ms by the torch profiler, the same numbers "
-                      "bit for bit), and attention runs as float32 products per query row (`paradec/attention.py`), "
+                      "bit for bit), and attention runs as float32 products per query row (`paradec/attention.py`; "
+                      "p·v in float64 since 2026-12-04), "
                       "so that every row of a many-row pass equals a one-token pass bit for bit, at no measurable "
                       "cost (61.6 against 60.0 ms for one token, 65.9 against 67.3 ms for 12: a timing script in one "
                       "process on the same machine and day, not the `bench` command).\n\n"
@@ -565,7 +566,10 @@ on held-out training prompts, not on the suites (`python evals/ptp_tune.py`):
 {section("ptp_tune.md") if (B / "ptp_tune.md").exists() else ""}
 {section("ptp_tune_bf16.md") if (B / "ptp_tune_bf16.md").exists() else ""}
 """
-    return f"""**Machine**: {machine}. **Date**: {date}. One `bench` run per suite, all strategies of a suite in
+    return f"""**Machine**: {machine}. **Date**: {date}. The code these runs measured: row-exact attention with p·v in
+float32 and the down projection in 32-row pieces; since then p·v sums in float64 (no measurable cost on the EPYC:
+one-token pass 60.2 → 58.7 ms) and the linears' row plan is probed per CPU (on this Xeon it is the same 32-row
+pieces), so the second CPU's runs below are the ones on the code as it stands. One `bench` run per suite, all strategies of a suite in
 the same run (`bash evals/run_benchmarks.sh default` with `N_DEFAULT` = the first N items of each suite; greedy, 64
 new tokens, no perplexity pass; *n* counts generations per strategy, a conversation item holding several turns).
 {dtype_note}

@@ -28,8 +28,8 @@ one-token passes).
 
 Its scores take memory and float32 work in proportion to rows x keys, so a pass of more than `EXACT_MAX_ROWS`
 rows whose scores would exceed `EXACT_MAX_SCORES` entries per key/value head (the prefill of a prompt over 512
-tokens) goes to SDPA, which never materialises them (nor, for a prefill with no padding, the mask: `exact_mask`) and multiplies in bf16: a prefill of 256 / 1,000 / 2,000
-tokens of Qwen2.5-0.5B took 253 / 2,044 / 6,942 ms through the products against 232 / 800 / 2,081 ms through SDPA
+tokens) goes to SDPA, which never materialises them (nor, for a prefill with no padding, the mask: `exact_mask`)
+and multiplies in bf16: a prefill of 256 / 1,000 / 2,000 tokens of Qwen2.5-0.5B took 253 / 2,044 / 6,942 ms through the products against 232 / 800 / 2,081 ms through SDPA
 (Intel Xeon with AMX, 2 cores). Such a prefill is the same for every strategy when its shape is; a strategy
 whose first pass appends drafts to a long prompt may then round the prompt's cache differently from `ar`.
 

@@ -142,7 +142,8 @@ def row_plan(out_features: int, in_features: int) -> tuple[int, int | None]:
     """The first of `PLANS` under which oneDNN's packed bf16 product of this shape gives every row the numbers
     that row gets alone (itself through the plan), at rows 2, 3, 5, 17, 33, 40 and 64. Probed once per shape with
     random data; the probe's weight has at most 16,384 output rows (an LM head's 151,936 would cost a second; the
-    summation order of an output is set by the input width). No plan working leaves the shape as it is."""
+    summation order of an output is set by the input width). No plan working leaves the shape as it is, with a
+    warning."""
     key = (int(out_features), int(in_features))
     if key not in _ROW_PLANS:
         g = torch.Generator().manual_seed(1234)
@@ -157,6 +158,10 @@ def row_plan(out_features: int, in_features: int) -> tuple[int, int | None]:
                        for m in (2, 3, 5, 17, 33, 40, 64)):
                     _ROW_PLANS[key] = plan
                     break
+            else:
+                import warnings
+                warnings.warn(f"paradec: no row plan makes oneDNN's bf16 product of shape {key} row-exact on this CPU; "
+                              "lossless strategies may differ from ar at near-ties", RuntimeWarning, stacklevel=2)
     return _ROW_PLANS[key]
 
 
