@@ -401,3 +401,115 @@ def test_candidate_loss_trains_the_source_candidate(eng, tmp_path):
     b = T.sample_batch(list(range(100, 20_000)), cfg, random.Random(1))
     for q, i in enumerate(b["src"]):
         assert b["target"][q, 0] in b["chunks"][i]
+
+
+# ------------------------------------------------------------------ retrieval queries (--needle)
+
+def _frame(engine):
+    return T.qa_frame(engine)
+
+
+def test_needle_facts_lie_in_their_source_chunk(eng):
+    """Every retrieval question's answer is written in the chunk it names (and, for a listing, next to the key the
+    question gives); the chunks keep their length."""
+    from paradec.training import needles as N
+    tok = eng.tokenizer
+    stream = [random.Random(0).randrange(10, 8000) for _ in range(30_000)]
+    rng = random.Random(4)
+    for kind in ("code", "owned", "listing"):
+        for _ in range(3):
+            k, chunks, qa = N.needle_memory(tok, stream, 4, 96, 3, rng, kind=kind)
+            assert k == kind and len(chunks) == 4 and all(len(c) == 96 for c in chunks) and len(qa) == 3
+            for question, answer, i in qa:
+                text = tok.decode(chunks[i])
+                assert answer in text, (kind, answer, text)
+                if kind == "listing":
+                    key = question.split('"')[1] if '"' in question else question.split("key ")[1].split(".")[0]
+                    assert key in text and text.index(key) < text.index(answer)
+                if kind == "owned":
+                    owner = next(o for o in (f"the {a} {b}" for a in N.ADJ for b in N.NOUN) if o in question)
+                    assert owner in text or N._cap(owner) in text
+
+
+def test_needle_templates_avoid_the_long_context_suite():
+    """The retrieval training data is written here, apart from the benchmark: neither the suite's key name nor its
+    question wording occurs in it."""
+    from paradec.training import needles as N
+    items = [json.loads(x) for x in (ROOT / "evals" / "suites" / "longcontext.jsonl").read_text().splitlines() if x]
+    suite = " ".join(it["prompt"] for it in items)
+    questions = {it["prompt"].rsplit("\n\n", 1)[1] for it in items}
+    for group in (N.NAMES, N.FACT, N.OWNED, N.ASK, N.ASK_OWNED, N.ONLY, N.INTRO, N.LIST_INTRO, N.ASK_KEY):
+        for t in group:
+            assert "pass key" not in t.lower()
+            assert not any(q in t or t.strip() and t.strip() in q for q in questions), t
+            for fixed in t.replace("{", "}").split("}")[::2]:        # the template's own words, 4 or more at a time
+                assert len(fixed.split()) < 4 or fixed.strip() not in suite, (t, fixed)
+
+
+def test_needle_batch_layout(eng):
+    """Right-padded rows: the input at each prediction position is the token before its target, the dynamic prompt
+    is the end of the question (shortest row's length), padded targets are -100; without memory the gathered logits
+    equal the base model reading sink + question + answer in one sequence."""
+    cfg = T.FocusTrainConfig(**{**CFG, "needle": 1.0, "queries": 3, "dynamic": 6})
+    stream = [random.Random(1).randrange(10, 8000) for _ in range(30_000)]
+    frame = _frame(eng)
+    b = T.draw_batch(stream, cfg, random.Random(2), frame)
+    assert set(b["kinds"]) == {"needle"} and b["dyn"].shape == (3, 6)
+    for r in range(3):
+        tg = [t for t in b["target"][r].tolist() if t != -100]
+        at = b["at"][r, :len(tg)].tolist()
+        assert tg[-1] == frame["end"] and at == list(range(at[0], at[0] + len(tg)))
+        seq = b["inputs"][r].tolist()
+        assert seq[at[0] + 1:at[-1] + 1] == tg[:-1]
+        q_end = at[0] + 1 - len(frame["tail"])                       # the question, without the chat closing
+        assert seq[q_end:at[0] + 1] == list(frame["tail"]) and seq[q_end - 6:q_end] == b["dyn"][r].tolist()
+    sink_ids = [11, 12]
+    sink = (sink_ids, F.sink_kv(eng, sink_ids))
+    ad = F.FocusAdapter.for_model(eng.model, cfg.dynamic, rank=4).attach(eng.model)
+    try:
+        with torch.no_grad():
+            got = T.batch_logits(eng, ad, b, memory=False, sink=sink)
+            for r in range(3):
+                n = int((b["target"][r] != -100).sum())
+                last = int(b["at"][r, n - 1])
+                seq = torch.tensor(sink_ids + b["inputs"][r, :last + 1].tolist())
+                want = eng.model(input_ids=seq[None], logits_to_keep=n).logits[0].float()
+                assert torch.allclose(got[r, :n], want, atol=1e-4)
+    finally:
+        ad.detach()
+
+
+def test_needle_training_fits_a_retrieval_batch_and_records_it(eng, tmp_path):
+    """The deltas can learn to carry a hidden fact to the question (the loss of one retrieval batch falls when it is
+    trained on), and a run with --needle reports retrieval figures in its history, evaluation and card; --init
+    starts from saved parameters of the same shape and refuses others."""
+    cfg = T.FocusTrainConfig(**{**CFG, "needle": 1.0, "queries": 3})
+    stream = [random.Random(3).randrange(10, 8000) for _ in range(30_000)]
+    b = T.draw_batch(stream, cfg, random.Random(5), _frame(eng))
+    ad = F.FocusAdapter.for_model(eng.model, cfg.dynamic).attach(eng.model)
+    try:
+        opt = torch.optim.AdamW(ad.parameters(), lr=1e-2)
+        losses = []
+        for _ in range(12):
+            loss, st = T.batch_loss(eng, ad, b)
+            losses.append(loss.item())
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        assert "needle" in st and losses[-1] < losses[0] * 0.7, losses
+    finally:
+        ad.detach()
+    out = tmp_path / "out"
+    s = T.train_focus(eng, T.FocusTrainConfig(steps=4, **{**CFG, "needle": 0.5, "ckpt_every": 2, "eval_batches": 3}), out,
+                      log=lambda m: None, progress=False, streams=_streams(seed=3))
+    assert "needle_focus_exact" in s["eval"][0] and "needle_local_only_acc" in s["eval"][-1]
+    card = (out / "README.md").read_text()
+    assert "retrieval: focus loss" in card and "50% of the steps retrieval" in card
+    logs = []
+    s2 = T.train_focus(eng, T.FocusTrainConfig(steps=1, **{**CFG, "init": str(out)}), tmp_path / "again",
+                       log=logs.append, progress=False, streams=_streams(seed=3))
+    assert any("started from" in m for m in logs)
+    assert s2["eval"][0]["cont_focus_loss"] != s["eval"][0]["cont_focus_loss"]     # not the zero deltas
+    with pytest.raises(ValueError, match="do not fit"):
+        T.train_focus(eng, T.FocusTrainConfig(steps=1, **{**CFG, "rank": 2, "init": str(out)}), tmp_path / "bad",
+                      log=lambda m: None, progress=False, streams=_streams(seed=3))

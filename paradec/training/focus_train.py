@@ -16,6 +16,11 @@ targets: the `refresh` = 0 regime the strategy runs by default). Two kinds of qu
   can only get them from the candidates, so this teaches the candidates to find their chunk's part that
   matches the dynamic prompt and carry what comes next (a pass key after "The pass key is", say).
 
+With --needle p, a share p of the steps are *retrieval* steps instead (paradec/training/needles.py): facts
+hidden in the memory (a code, codes with owners, a key/value listing) and chat-formatted questions naming
+them; the targets are the value and the turn's end, after the chat template's assistant opening. Their
+dynamic prompt is the question without the template's closing, as the strategy builds it (F.dynamic_prompt).
+
 Only the deltas train (rank --rank, 32 by default, or full rank as in the paper with 0; zero at the start);
 the base model is frozen (in --dtype: bfloat16 where the CPU does bf16 matrix work, see `--dtype auto`). Checkpoints every
 --ckpt-every steps (atomic), resumable; the parameters are written beside the model (`<model>/focus/`)
@@ -63,6 +68,8 @@ class FocusTrainConfig:
     candidate_loss: float = 0.0   # weight of the auxiliary loss on the source chunk's candidate (0 = off)
     rank: int = 32                # rank of each delta (0 = full rank, the paper's; 176 MB on a 0.5B model)
     sink: bool = True             # open every local context with the model's chat head (F.sink_kv, F.chat_frame)
+    needle: float = 0.0           # share of retrieval steps (paradec/training/needles.py)
+    init: str = ""                # start from these parameters (a folder with adapter.safetensors of the same shape)
 
 
 def token_streams(engine, max_docs: int = 0, seed: int = 0) -> dict[str, list[int]]:
@@ -112,8 +119,60 @@ def sample_batch(stream: list[int], cfg: FocusTrainConfig, rng: random.Random, k
             target.append(stream[o + L:o + L + m])
             src.append(-1)
         kinds.append(k)
-    return {"chunks": torch.tensor(chunks), "local": torch.tensor(local), "target": torch.tensor(target),
-            "kinds": kinds, "src": src, "c": c, "n": n}
+    local, target = torch.tensor(local), torch.tensor(target)
+    return {"chunks": torch.tensor(chunks), "local": local, "target": target, "kinds": kinds, "src": src, "c": c,
+            "n": n, "inputs": torch.cat([local, target[:, :-1]], 1), "dyn": local[:, -cfg.dynamic:],
+            "at": (L - 1 + torch.arange(m)).expand(len(local), -1)}
+
+
+def needle_batch(stream: list[int], cfg: FocusTrainConfig, rng: random.Random, frame: dict) -> dict:
+    """One retrieval memory and `queries` questions of it (paradec/training/needles.py), in the batch layout of
+    `sample_batch`: rows of different lengths are padded on the right (inputs with the end token, targets with
+    -100), `at` holds the positions whose logits predict each target, and every row's dynamic prompt is cut to
+    the shortest one's length (one candidate pass runs them all)."""
+    from .needles import needle_memory
+    tok, tail, end = frame["tok"], frame["tail"], frame["end"]
+    sizes = [int(x) for x in cfg.chunk_sizes.split(",")]
+    c = rng.choice(sizes)
+    n = rng.randint(1, max(1, min(cfg.max_chunks, cfg.memory // c)))
+    kind, chunks, qa = needle_memory(tok, stream, n, c, cfg.queries, rng)
+    rows, dyns = [], []
+    for q, a, _ in qa:
+        local = tok("\n\n" + q, add_special_tokens=False)["input_ids"] + list(tail)
+        target = tok(a, add_special_tokens=False)["input_ids"] + [end]
+        rows.append((local, target))
+        dyns.append(F.dynamic_prompt(local, cfg.dynamic, list(tail)))
+    d = min(len(x) for x in dyns)
+    T = max(len(lo) + len(tg) - 1 for lo, tg in rows)
+    m = max(len(tg) for _, tg in rows)
+    inputs = torch.full((len(rows), T), end, dtype=torch.long)
+    target = torch.full((len(rows), m), -100, dtype=torch.long)
+    at = torch.zeros((len(rows), m), dtype=torch.long)
+    for r, (lo, tg) in enumerate(rows):
+        seq = lo + tg[:-1]
+        inputs[r, :len(seq)] = torch.tensor(seq)
+        target[r, :len(tg)] = torch.tensor(tg)
+        at[r, :len(tg)] = len(lo) - 1 + torch.arange(len(tg))
+    return {"chunks": torch.tensor(chunks), "inputs": inputs, "target": target, "at": at,
+            "dyn": torch.tensor([x[-d:] for x in dyns]), "kinds": ["needle"] * len(rows), "needle_kind": kind,
+            "src": [i for _, _, i in qa], "c": c, "n": n}
+
+
+def draw_batch(stream: list[int], cfg: FocusTrainConfig, rng: random.Random, frame: dict | None,
+               kind: str | None = None) -> dict:
+    """A training or held-out batch: retrieval (`kind` 'needle', or drawn with probability cfg.needle), else
+    `sample_batch`'s repetition / continuation queries."""
+    if frame is not None and (kind == "needle" or (kind is None and cfg.needle > 0 and rng.random() < cfg.needle)):
+        return needle_batch(stream, cfg, rng, frame)
+    return sample_batch(stream, cfg, rng, kind)
+
+
+def qa_frame(engine) -> dict:
+    """What `needle_batch` needs of the model: its tokenizer, its chat template's closing (user turn end and
+    assistant opening) and the token that ends the assistant's turn."""
+    tail = F.chat_frame(engine)[1]
+    end = tail[0] if tail else next(iter(engine.eos_ids), engine.tokenizer.eos_token_id)
+    return {"tok": engine.tokenizer, "tail": tail, "end": end}
 
 
 def batch_logits(engine, adapter, batch: dict, memory: bool = True, candidate_logits: bool = False, sink=None):
@@ -123,8 +182,8 @@ def batch_logits(engine, adapter, batch: dict, memory: bool = True, candidate_lo
     the local context alone when there is no memory)."""
     model = engine.model
     dev = engine.device
-    chunks, local, target = batch["chunks"].to(dev), batch["local"].to(dev), batch["target"].to(dev)
-    Q, L = local.shape
+    chunks, inputs, at = batch["chunks"].to(dev), batch["inputs"].to(dev), batch["at"].to(dev)
+    Q = inputs.shape[0]
     n = chunks.shape[0] if memory else 0
     s, skv = (len(sink[0]), sink[1]) if sink and sink[0] else (0, None)
     if memory:
@@ -132,7 +191,7 @@ def batch_logits(engine, adapter, batch: dict, memory: bool = True, candidate_lo
             ccache = engine.new_cache()
             model(input_ids=chunks, past_key_values=ccache, use_cache=True, logits_to_keep=1)
             ccache = engine.repeat_cache(ccache, Q)
-        dyn = local[:, -adapter.dynamic:].repeat_interleave(n, 0)
+        dyn = batch["dyn"].to(dev).repeat_interleave(n, 0)
         nxt = torch.full((Q * n,), chunks.shape[1], device=dev)
         kv = F.candidate_pass(engine, adapter, ccache, None, nxt, dyn, groups=Q, want_logits=candidate_logits,
                               offset=s)
@@ -144,11 +203,12 @@ def batch_logits(engine, adapter, batch: dict, memory: bool = True, candidate_lo
         cache = engine.cache_from_kv([(k.expand(Q, -1, -1, -1), v.expand(Q, -1, -1, -1)) for k, v in skv])
     else:
         cache = engine.new_cache()
-    inp = torch.cat([local, target[:, :-1]], 1)
-    pos = torch.arange(s + n, s + n + inp.shape[1], device=dev).expand(Q, -1)
-    m = target.shape[1]
-    out = model(input_ids=inp, past_key_values=cache, position_ids=pos, use_cache=True, logits_to_keep=m)
-    return (out.logits.float(), cand) if candidate_logits and memory else out.logits.float()
+    pos = torch.arange(s + n, s + n + inputs.shape[1], device=dev).expand(Q, -1)
+    hidden = F._decoder(model)(input_ids=inputs, past_key_values=cache, position_ids=pos,
+                               use_cache=True).last_hidden_state
+    # the head only where a target is predicted (151,936 entries a row on the default model)
+    logits = model.lm_head(hidden[torch.arange(Q, device=dev)[:, None], at]).float()
+    return (logits, cand) if candidate_logits and memory else logits
 
 
 def batch_loss(engine, adapter, batch: dict, memory: bool = True, candidate_loss: float = 0.0, sink=None
@@ -162,6 +222,7 @@ def batch_loss(engine, adapter, batch: dict, memory: bool = True, candidate_loss
     if aux:
         logits, cand = logits
     target = batch["target"].to(engine.device)
+    valid = target != -100                       # retrieval answers are padded on the right
     per = Fn.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="none").view(target.shape)
     extra = None
     if aux:
@@ -169,55 +230,71 @@ def batch_loss(engine, adapter, batch: dict, memory: bool = True, candidate_loss
         sel = cand[torch.tensor(rows), torch.tensor([batch["src"][q] for q in rows])]
         extra = Fn.cross_entropy(sel, target[torch.tensor(rows, device=target.device), 0])
     with torch.no_grad():
-        hit = (logits.argmax(-1) == target).float()
+        hit = (logits.argmax(-1) == target) & valid
         stats = {}
-        for k in ("rep", "cont"):
+        for k in KINDS:
             sel = torch.tensor([x == k for x in batch["kinds"]], device=per.device)
             if sel.any():
-                stats[k] = {"loss": float(per[sel].mean()), "acc": float(hit[sel].mean()), "n": int(sel.sum())}
+                cnt = valid[sel].sum()
+                stats[k] = {"loss": float(per[sel].sum() / cnt), "acc": float(hit[sel].sum() / cnt), "n": int(cnt),
+                            "rows": int(sel.sum()), "exact": int((hit[sel] == valid[sel]).all(-1).sum())}
         if extra is not None:
             stats["candidate_loss"] = float(extra)
-    loss = per.mean() if extra is None else per.mean() + candidate_loss * extra
+    mean = per.sum() / valid.sum()
+    loss = mean if extra is None else mean + candidate_loss * extra
     return loss, stats
+
+
+KINDS = ("rep", "cont", "needle")
 
 
 @torch.no_grad()
 def evaluate(engine, adapter, stream: list[int], cfg: FocusTrainConfig, batches: int, seed: int = 1234,
-             sink=None) -> dict:
+             sink=None, frame: dict | None = None) -> dict:
     """Held-out loss and top-1 accuracy of the targets, with the candidates and without any memory (the
-    base model on the local context alone, after the same sink), per query kind."""
+    base model on the local context alone, after the same sink), per query kind; with retrieval on
+    (cfg.needle > 0 and a `frame`), every third batch is retrieval and `needle_*_exact` is the share of its
+    questions whose whole answer is the top-1 token at every position (teacher-forced)."""
     rng = random.Random(seed)
-    acc = {(k, mem): [0.0, 0.0, 0] for k in ("rep", "cont") for mem in (True, False)}
+    kinds = ["rep", "cont"] + (["needle"] if cfg.needle > 0 and frame is not None else [])
+    acc = {(k, mem): [0.0, 0.0, 0, 0, 0] for k in KINDS for mem in (True, False)}
     for b in range(batches):
-        batch = sample_batch(stream, cfg, rng, kind="rep" if b % 2 == 0 else "cont")
+        batch = draw_batch(stream, cfg, rng, frame, kind=kinds[b % len(kinds)])
         for mem in (True, False):
             _, st = batch_loss(engine, adapter, batch, mem, sink=sink)
             for k, v in st.items():
+                if not isinstance(v, dict):
+                    continue
                 a = acc[(k, mem)]
                 a[0] += v["loss"] * v["n"]
                 a[1] += v["acc"] * v["n"]
                 a[2] += v["n"]
+                a[3] += v["exact"]
+                a[4] += v["rows"]
     out = {}
-    for (k, mem), (ls, ac, n) in acc.items():
+    for (k, mem), (ls, ac, n, ex, rows) in acc.items():
         if n:
             tag = f"{k}_{'focus' if mem else 'local_only'}"
             out[f"{tag}_loss"] = round(ls / n, 4)
             out[f"{tag}_acc"] = round(ac / n, 4)
+            if k == "needle":
+                out[f"{tag}_exact"] = round(ex / rows, 4)
     return out
 
 
 @torch.no_grad()
 def in_window_reference(engine, stream: list[int], cfg: FocusTrainConfig, batches: int, seed: int = 1234,
-                        sink_ids: list[int] | None = None) -> dict:
+                        sink_ids: list[int] | None = None, frame: dict | None = None) -> dict:
     """The repetition queries of `evaluate` (same seed, same batches) answered by the frozen base model with
     the query's source chunk in its own window followed by the local context: full attention to the one chunk
     that holds the answer - what the candidates would carry if they were perfect, for this base model."""
     rng = random.Random(seed)
+    kinds = ["rep", "cont"] + (["needle"] if cfg.needle > 0 and frame is not None else [])
     loss = hits = n = 0
     for b in range(batches):
-        batch = sample_batch(stream, cfg, rng, kind="rep" if b % 2 == 0 else "cont")
+        batch = draw_batch(stream, cfg, rng, frame, kind=kinds[b % len(kinds)])
         for q, i in enumerate(batch["src"]):
-            if i < 0:
+            if i < 0 or batch["kinds"][q] != "rep":
                 continue
             tg = batch["target"][q].to(engine.device)
             inp = torch.cat([torch.tensor(sink_ids or [], dtype=torch.long), batch["chunks"][i], batch["local"][q],
@@ -228,6 +305,21 @@ def in_window_reference(engine, stream: list[int], cfg: FocusTrainConfig, batche
             n += len(tg)
     return {"rep_in_window_loss": round(loss / max(1, n), 4), "rep_in_window_acc": round(hits / max(1, n), 4),
             "tokens": n}
+
+
+def init_from(adapter, folder) -> None:
+    """Load the parameters saved in `folder` (adapter.safetensors) into `adapter`, which must have their shapes
+    (same model, rank and projections); a clear error otherwise."""
+    from safetensors.torch import load_file
+    path = Path(folder) / F.WEIGHTS
+    if not path.exists():
+        raise ValueError(f"--init: no {F.WEIGHTS} in {folder}")
+    state = load_file(str(path))
+    own = adapter.state_dict()
+    bad = sorted(set(own) ^ set(state)) + [k for k in own if k in state and own[k].shape != state[k].shape]
+    if bad:
+        raise ValueError(f"--init: the parameters in {folder} do not fit this model and rank (first mismatch: {bad[0]})")
+    adapter.load_state_dict(state)
 
 
 def _cpu(engine) -> str:
@@ -256,8 +348,11 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
     if max(int(s) for s in cfg.chunk_sizes.split(",")) + cfg.dynamic > engine.context_length:
         raise ValueError(f"a chunk size in {cfg.chunk_sizes} plus the {cfg.dynamic}-token dynamic prompt exceeds the "
                          f"model's context of {engine.context_length}")
-    adapter = F.FocusAdapter.for_model(model, cfg.dynamic, all_layers=cfg.candidate_loss > 0,
-                                       rank=cfg.rank).attach(model)
+    adapter = F.FocusAdapter.for_model(model, cfg.dynamic, all_layers=cfg.candidate_loss > 0, rank=cfg.rank)
+    if cfg.init:
+        init_from(adapter, cfg.init)
+        log(f"started from the parameters in {cfg.init}")
+    adapter.attach(model)
     opt = torch.optim.AdamW(adapter.parameters(), lr=cfg.lr, weight_decay=0.0)
     rng = random.Random(cfg.seed)
     state = {"step": 0, "elapsed_s": 0.0, "history": [], "eval": []}
@@ -276,6 +371,7 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
     if saved is not None:
         rng.setstate(saved["rng"])
         state = saved["state"]
+    frame = qa_frame(engine) if cfg.needle > 0 else None
     sink_ids = F.chat_frame(engine)[0] if cfg.sink else []
     sink = (sink_ids, F.sink_kv(engine, sink_ids)) if sink_ids else None
     adapter.meta["sink"] = "chat-head" if sink else None
@@ -283,7 +379,7 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
     log(f"FocusLLM parameters: {n_params / 1e6:.2f}M, dynamic prompt {cfg.dynamic}, {cfg.steps} steps")
     if not state["eval"]:
         state["eval"].append({"step": 0, **evaluate(engine, adapter, streams["val"], cfg, cfg.eval_batches,
-                                                    sink=sink)})
+                                                    sink=sink, frame=frame)})
         log(f"held-out at step 0: {state['eval'][-1]}")
     bar = tqdm(total=cfg.steps, initial=state["step"], desc="train focus", file=sys.stderr, disable=not progress)
     t_last = time.time()
@@ -291,7 +387,7 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
     while state["step"] < cfg.steps:
         for g in opt.param_groups:
             g["lr"] = _lr(state["step"], cfg)
-        loss, st = batch_loss(engine, adapter, sample_batch(streams["train"], cfg, rng),
+        loss, st = batch_loss(engine, adapter, draw_batch(streams["train"], cfg, rng, frame),
                               candidate_loss=cfg.candidate_loss, sink=sink)
         checkpoint.optimizer_step(loss, adapter.parameters(), opt)
         state["step"] += 1
@@ -305,7 +401,7 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
         if state["step"] % cfg.ckpt_every == 0 or state["step"] == cfg.steps:
             rec = {"step": state["step"], "loss": round(sum(r["loss"] for r in recent) / len(recent), 4),
                    "elapsed_s": round(state["elapsed_s"], 1)}
-            for k in ("rep_acc", "cont_acc", "candidate_loss"):
+            for k in ("rep_acc", "cont_acc", "needle_acc", "candidate_loss"):
                 v = [r[k] for r in recent if k in r]
                 if v:
                     rec[k] = round(sum(v) / len(v), 4)
@@ -314,7 +410,8 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
             recent = []
             if state["step"] % (cfg.ckpt_every * 4) == 0 or state["step"] == cfg.steps:
                 state["eval"].append({"step": state["step"],
-                                      **evaluate(engine, adapter, streams["val"], cfg, cfg.eval_batches, sink=sink)})
+                                      **evaluate(engine, adapter, streams["val"], cfg, cfg.eval_batches, sink=sink,
+                                                 frame=frame)})
                 log(f"held-out at step {state['step']}: {state['eval'][-1]}")
             checkpoint.save(ckpt, {"adapter": adapter.state_dict(), "opt": opt.state_dict(), "rng": rng.getstate(),
                                    "state": state, "config": asdict(cfg)})
@@ -326,7 +423,8 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
     bar.close()
     summary = {"config": asdict(cfg), "steps_done": state["step"], "train_time_s": round(state["elapsed_s"], 1),
                "history": state["history"], "eval": state["eval"], "parameters": n_params,
-               "in_window": in_window_reference(engine, streams["val"], cfg, cfg.eval_batches, sink_ids=sink_ids),
+               "in_window": in_window_reference(engine, streams["val"], cfg, cfg.eval_batches, sink_ids=sink_ids,
+                                                frame=frame),
                "torch": torch.__version__, "dtype": str(engine.dtype).replace("torch.", ""),
                "hardware": f"{engine.device} ({_cpu(engine)}), {torch.get_num_threads()} thread(s)"}
     adapter.detach()
@@ -350,20 +448,29 @@ def write_card(out_dir, summary: dict, extra: str = "") -> Path:
              "--candidate-loss is on)",
              f"- dynamic prompt: {cfg['dynamic']} tokens; chunk sizes {cfg['chunk_sizes']}; up to {cfg['max_chunks']} "
              f"chunks, {cfg['memory']} memory tokens per step; {cfg['queries']} queries per memory "
-             f"({cfg['repetition']:.0%} repetition), {cfg['targets']} target tokens each",
+             f"({cfg['repetition']:.0%} repetition), {cfg['targets']} target tokens each"
+             + (f"; {cfg['needle']:.0%} of the steps retrieval (paradec/training/needles.py)" if cfg.get("needle") else "")
+             + (f"; started from {cfg['init']}" if cfg.get("init") else ""),
              f"- steps: {summary['steps_done']} in {summary['train_time_s'] / 60:.1f} min on {summary['hardware']} "
              f"(torch {summary['torch']}, base model in {summary.get('dtype', 'float32')}); lr {cfg['lr']}, warmup "
              f"{cfg['warmup']}, cosine to 10%", "",
              "## Held-out figures (modules the base model never trained on)", "",
              "Target tokens after a local context: loss (nats/token) and top-1 accuracy, with the candidates "
              "of the memory (focus) and with no memory at all (the frozen base on the local context alone).", "",
-             "| step | repetition: focus loss | local only | focus acc | local only acc | continuation: focus loss "
-             "| local only | focus acc | local only acc |", "|---|---|---|---|---|---|---|---|---|"]
+             ]
+    label = {"rep": "repetition", "cont": "continuation", "needle": "retrieval"}
+    cols = [(f"{k}_{w}_{x}", f"{label[k] + ': ' if w == 'focus' and x == 'loss' else ''}"
+             f"{'focus' if w == 'focus' else 'local only'} {x}")
+            for k in KINDS if any(f"{k}_focus_loss" in e for e in ev)
+            for w, x in (("focus", "loss"), ("local_only", "loss"), ("focus", "acc"), ("local_only", "acc"),
+                         ("focus", "exact"), ("local_only", "exact")) if any(f"{k}_{w}_{x}" in e for e in ev)]
+    lines += ["| step | " + " | ".join(c for _, c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for e in ev:
-        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
-            e["step"], *(e.get(k, "") for k in ("rep_focus_loss", "rep_local_only_loss", "rep_focus_acc",
-                                                "rep_local_only_acc", "cont_focus_loss", "cont_local_only_loss",
-                                                "cont_focus_acc", "cont_local_only_acc"))))
+        lines.append("| " + " | ".join(str(x) for x in [e["step"]] + [e.get(k, "") for k, _ in cols]) + " |")
+    if any("needle_focus_loss" in e for e in ev):
+        lines += ["", "Retrieval: facts hidden in the memory and asked for by a chat question (paradec/training/"
+                  "needles.py); exact = share of questions whose whole answer is the top-1 token at every position "
+                  "(teacher-forced)."]
     iw = summary.get("in_window")
     if iw and ev:
         gain = ev[0].get("rep_local_only_loss", 0) - iw["rep_in_window_loss"]
@@ -400,6 +507,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="weight of the auxiliary loss on each repetition query's source-chunk candidate (0 = off)")
     p.add_argument("--rank", type=int, default=d.rank,
                    help="rank of each delta (0 = full rank, as in the paper: 176 MB for the default model)")
+    p.add_argument("--needle", type=float, default=d.needle,
+                   help="share of retrieval steps: facts hidden in the memory, asked for by chat questions "
+                        "(paradec/training/needles.py)")
+    p.add_argument("--init", default=d.init, help="start from the parameters in this folder (same model and rank)")
     p.add_argument("--no-sink", action="store_true",
                    help="do not open the local context with the model's chat head (the sink; see paradec/focus.py)")
     p.add_argument("--eval-batches", type=int, default=d.eval_batches)
@@ -415,9 +526,10 @@ def train_focus_main(argv: list[str]) -> int:
         if v < lo:
             print(f"error: {name} must be at least {lo}, got {v}", file=sys.stderr)
             return 2
-    if not 0.0 <= args.repetition <= 1.0:
-        print("error: --repetition must be between 0 and 1", file=sys.stderr)
-        return 2
+    for name, v in (("--repetition", args.repetition), ("--needle", args.needle)):
+        if not 0.0 <= v <= 1.0:
+            print(f"error: {name} must be between 0 and 1, got {v}", file=sys.stderr)
+            return 2
     try:
         sizes = [int(s) for s in args.chunk_sizes.split(",")]
         assert sizes and min(sizes) > args.targets + 2
@@ -432,7 +544,8 @@ def train_focus_main(argv: list[str]) -> int:
     cfg = FocusTrainConfig(steps=args.steps, dynamic=args.dynamic, queries=args.queries,
                            local=max(args.local, args.dynamic), targets=args.targets, memory=args.memory,
                            max_chunks=args.max_chunks, chunk_sizes=args.chunk_sizes, repetition=args.repetition,
-                           lr=args.lr, candidate_loss=args.candidate_loss, rank=args.rank, sink=not args.no_sink, warmup=min(30, max(1, args.steps // 10)), seed=args.seed,
+                           lr=args.lr, candidate_loss=args.candidate_loss, rank=args.rank, sink=not args.no_sink,
+                           needle=args.needle, init=args.init or "", warmup=min(30, max(1, args.steps // 10)), seed=args.seed,
                            ckpt_every=args.ckpt_every, eval_batches=args.eval_batches, max_docs=args.max_docs)
     try:
         summary = train_focus(engine, cfg, out, args.work, log=lambda m: print(m, file=sys.stderr),
