@@ -505,6 +505,9 @@ def test_needle_training_fits_a_retrieval_batch_and_records_it(eng, tmp_path):
     assert "needle_focus_exact" in s["eval"][0] and "needle_local_only_acc" in s["eval"][-1]
     card = (out / "README.md").read_text()
     assert "retrieval: focus loss" in card and "50% of the steps retrieval" in card
+    iw = s["in_window"]
+    assert iw["needle_rows"] == 4 and 0 <= iw["needle_in_window_first"] <= 1 and "fact's source chunk" in card
+    assert "needle_focus_first" in s["eval"][-1]
     logs = []
     s2 = T.train_focus(eng, T.FocusTrainConfig(steps=1, **{**CFG, "init": str(out)}), tmp_path / "again",
                        log=logs.append, progress=False, streams=_streams(seed=3))

@@ -237,7 +237,8 @@ def batch_loss(engine, adapter, batch: dict, memory: bool = True, candidate_loss
             if sel.any():
                 cnt = valid[sel].sum()
                 stats[k] = {"loss": float(per[sel].sum() / cnt), "acc": float(hit[sel].sum() / cnt), "n": int(cnt),
-                            "rows": int(sel.sum()), "exact": int((hit[sel] == valid[sel]).all(-1).sum())}
+                            "rows": int(sel.sum()), "exact": int((hit[sel] == valid[sel]).all(-1).sum()),
+                            "first": int(hit[sel][:, 0].sum())}
         if extra is not None:
             stats["candidate_loss"] = float(extra)
     mean = per.sum() / valid.sum()
@@ -257,7 +258,7 @@ def evaluate(engine, adapter, stream: list[int], cfg: FocusTrainConfig, batches:
     questions whose whole answer is the top-1 token at every position (teacher-forced)."""
     rng = random.Random(seed)
     kinds = ["rep", "cont"] + (["needle"] if cfg.needle > 0 and frame is not None else [])
-    acc = {(k, mem): [0.0, 0.0, 0, 0, 0] for k in KINDS for mem in (True, False)}
+    acc = {(k, mem): [0.0, 0.0, 0, 0, 0, 0] for k in KINDS for mem in (True, False)}
     for b in range(batches):
         batch = draw_batch(stream, cfg, rng, frame, kind=kinds[b % len(kinds)])
         for mem in (True, False):
@@ -271,40 +272,57 @@ def evaluate(engine, adapter, stream: list[int], cfg: FocusTrainConfig, batches:
                 a[2] += v["n"]
                 a[3] += v["exact"]
                 a[4] += v["rows"]
+                a[5] += v["first"]
     out = {}
-    for (k, mem), (ls, ac, n, ex, rows) in acc.items():
+    for (k, mem), (ls, ac, n, ex, rows, first) in acc.items():
         if n:
             tag = f"{k}_{'focus' if mem else 'local_only'}"
             out[f"{tag}_loss"] = round(ls / n, 4)
             out[f"{tag}_acc"] = round(ac / n, 4)
             if k == "needle":
                 out[f"{tag}_exact"] = round(ex / rows, 4)
+                out[f"{tag}_first"] = round(first / rows, 4)
     return out
 
 
 @torch.no_grad()
 def in_window_reference(engine, stream: list[int], cfg: FocusTrainConfig, batches: int, seed: int = 1234,
                         sink_ids: list[int] | None = None, frame: dict | None = None) -> dict:
-    """The repetition queries of `evaluate` (same seed, same batches) answered by the frozen base model with
-    the query's source chunk in its own window followed by the local context: full attention to the one chunk
-    that holds the answer - what the candidates would carry if they were perfect, for this base model."""
+    """The repetition (and retrieval) queries of `evaluate` (same seed, same batches) answered by the frozen base
+    model with the query's source chunk in its own window followed by the local context: full attention to the one
+    chunk that holds the answer - what the candidates would carry if they were perfect, for this base model.
+    Retrieval adds `needle_in_window_exact` (whole answers right, teacher-forced) and `_first` (first tokens)."""
     rng = random.Random(seed)
     kinds = ["rep", "cont"] + (["needle"] if cfg.needle > 0 and frame is not None else [])
-    loss = hits = n = 0
+    acc = {k: [0.0, 0, 0, 0, 0, 0] for k in ("rep", "needle")}      # loss, hits, tokens, exact, first, rows
     for b in range(batches):
         batch = draw_batch(stream, cfg, rng, frame, kind=kinds[b % len(kinds)])
         for q, i in enumerate(batch["src"]):
-            if i < 0 or batch["kinds"][q] != "rep":
+            kind = batch["kinds"][q]
+            if i < 0 or kind not in acc:
                 continue
-            tg = batch["target"][q].to(engine.device)
-            inp = torch.cat([torch.tensor(sink_ids or [], dtype=torch.long), batch["chunks"][i], batch["local"][q],
-                             batch["target"][q][:-1]]).to(engine.device)
+            tg = batch["target"][q]
+            tg = tg[tg != -100].to(engine.device)
+            last = int(batch["at"][q, len(tg) - 1])
+            inp = torch.cat([torch.tensor(sink_ids or [], dtype=torch.long), batch["chunks"][i],
+                             batch["inputs"][q, :last + 1]]).to(engine.device)
             lg = engine.model(input_ids=inp[None], logits_to_keep=len(tg)).logits[0].float()
-            loss += float(Fn.cross_entropy(lg, tg, reduction="sum"))
-            hits += int((lg.argmax(-1) == tg).sum())
-            n += len(tg)
-    return {"rep_in_window_loss": round(loss / max(1, n), 4), "rep_in_window_acc": round(hits / max(1, n), 4),
-            "tokens": n}
+            hit = lg.argmax(-1) == tg
+            a = acc[kind]
+            a[0] += float(Fn.cross_entropy(lg, tg, reduction="sum"))
+            a[1] += int(hit.sum())
+            a[2] += len(tg)
+            a[3] += int(hit.all())
+            a[4] += int(hit[0])
+            a[5] += 1
+    out = {"rep_in_window_loss": round(acc["rep"][0] / max(1, acc["rep"][2]), 4),
+           "rep_in_window_acc": round(acc["rep"][1] / max(1, acc["rep"][2]), 4), "tokens": acc["rep"][2]}
+    ls, h, n, ex, first, rows = acc["needle"]
+    if rows:
+        out.update({"needle_in_window_loss": round(ls / n, 4), "needle_in_window_acc": round(h / n, 4),
+                    "needle_in_window_exact": round(ex / rows, 4), "needle_in_window_first": round(first / rows, 4),
+                    "needle_rows": rows})
+    return out
 
 
 def init_from(adapter, folder) -> None:
@@ -463,14 +481,21 @@ def write_card(out_dir, summary: dict, extra: str = "") -> Path:
              f"{'focus' if w == 'focus' else 'local only'} {x}")
             for k in KINDS if any(f"{k}_focus_loss" in e for e in ev)
             for w, x in (("focus", "loss"), ("local_only", "loss"), ("focus", "acc"), ("local_only", "acc"),
-                         ("focus", "exact"), ("local_only", "exact")) if any(f"{k}_{w}_{x}" in e for e in ev)]
+                         ("focus", "exact"), ("local_only", "exact"), ("focus", "first"), ("local_only", "first"))
+            if any(f"{k}_{w}_{x}" in e for e in ev)]
     lines += ["| step | " + " | ".join(c for _, c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for e in ev:
         lines.append("| " + " | ".join(str(x) for x in [e["step"]] + [e.get(k, "") for k, _ in cols]) + " |")
     if any("needle_focus_loss" in e for e in ev):
         lines += ["", "Retrieval: facts hidden in the memory and asked for by a chat question (paradec/training/"
                   "needles.py); exact = share of questions whose whole answer is the top-1 token at every position "
-                  "(teacher-forced)."]
+                  "(teacher-forced), first = share whose first answer token is."]
+        iw = summary.get("in_window") or {}
+        if "needle_in_window_acc" in iw:
+            lines += ["", f"Retrieval with the fact's source chunk in the frozen model's own window (the ceiling, "
+                      f"{iw['needle_rows']} held-out questions): loss {iw['needle_in_window_loss']}, accuracy "
+                      f"{iw['needle_in_window_acc']}, exact {iw['needle_in_window_exact']}, first "
+                      f"{iw['needle_in_window_first']}."]
     iw = summary.get("in_window")
     if iw and ev:
         gain = ev[0].get("rep_local_only_loss", 0) - iw["rep_in_window_loss"]
