@@ -7,14 +7,18 @@ logits of Qwen2.5-0.5B): at a near-tie a verifying pass picks another token than
 mismatches" of the 2026-12-02 benchmarks, every one within 0.25 logit).
 
 `exact_attention` computes every row as plain products: scores q k^T in float32 (one batched product, the
-query heads grouped onto their key/value head, so GQA needs no copied keys), the additive mask, softmax,
-then p v summed in float64 (on an AMD EPYC, MKL's float32 product summed a row over its 196 keys in another order
+query heads grouped onto their key/value head, so GQA needs no copied keys), the additive mask, then the softmax
+and p v in float64 (on an AMD EPYC, MKL's float32 product summed a row over its 196 keys in another order
 than over the same keys followed by a pass's masked ones, whose weights are 0: 21 of 22 rows differed); the
 row's output is cast back to the model's dtype. A row that sees a prefix of the keys (causal
 rows: `ar`'s, and every verifying row of sps, pld and PTP) gets the same numbers whether it is alone or one of
 many, whatever masked keys follow it (tests/test_attention.py checks it against one-token passes). Rows of a tree
-pass that skip keys (lookahead's candidate branches) are not covered. Float32 scores are also closer to exact
-attention than eager bf16 scores (rounded to bf16 before the softmax).
+pass that skip keys (lookahead's candidate branches: the context, then masked window rows, then their own chain)
+sum their softmax over the same keys with zeros interleaved, which moves each term to another vector lane: in
+float32 that changed the sum's rounding (on the default model in bf16, 4 of 32 such rows differed from one-token
+passes, by up to 0.25 in a logit; the benchmark's one remaining mismatch of 2026-12-04, lookahead on
+conversation-04). In float64 the sum's order no longer shows after the cast back: 0 of 32 (AMD EPYC, 2026-12-04).
+Float32 scores are also closer to exact attention than eager bf16 scores (rounded to bf16 before the softmax).
 
 What differed outside attention: on one benchmark prompt (conversation-01, turn 1) `ar`'s cache built token by
 token differed from one built in a 140-row pass from layer 0's MLP on. oneDNN's packed bf16 product of the down
@@ -65,10 +69,10 @@ def exact_attention(module, query, key, value, attention_mask, dropout: float = 
             m = m[None, None]
         m = m.view(m.shape[0], KVH, g, T, L) if m.shape[1] == H else m[:, :, None]
         s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s.add_(m.float())
-    p = torch.softmax(s, dim=-1).view(B, KVH, g * T, L)
+    p = torch.softmax(s.double(), dim=-1).view(B, KVH, g * T, L)
     # p v sums over the keys in float64: float32 GEMMs (MKL on an AMD EPYC) sum a row over 196 keys in another order
     # than over the same keys followed by zero weights; float64 sums of float32 products round back the same
-    o = torch.matmul(p.double(), value.double()).view(B, H, T, D)
+    o = torch.matmul(p, value.double()).view(B, H, T, D)
     return o.to(query.dtype).transpose(1, 2).contiguous(), None
 
 

@@ -53,7 +53,49 @@ def test_the_engine_uses_it_and_every_row_of_a_pass_is_a_one_token_pass():
     assert torch.equal(tree[:3], alone)
     e.crop(c, 120)
     branch = e.forward(toks[3:], c, logits_to_keep=3)[0]      # the branch's own tokens, causal after the cache
-    torch.testing.assert_close(tree[3:], branch, rtol=0, atol=0.05)
+    assert torch.equal(tree[3:], branch)
+
+
+def tree_rows_against_one_token_passes(e, ids, trials=8, W=7, current=True):
+    """Rows of lookahead-shaped passes (the current token when `current`, a W-row window, then a 3-token candidate
+    branch that skips the window) against the same tokens fed one pass each: how many of the branch's rows differ."""
+    differ = 0
+    for trial in range(trials):
+        n0 = 100 + 37 * trial
+        k = 1 if current else 0
+        c = e.new_cache()
+        e.forward(ids[:n0 - k], c, logits_to_keep=1)
+        allowed = torch.ones(k + W + 3, k + W + 3, dtype=torch.bool).tril()
+        allowed[k + W:, k:k + W] = False                                      # the branch skips the window
+        cand = ids[n0:n0 + 3]
+        toks = ids[n0 - k:n0] + [ids[(n0 * 7 + i) % len(ids)] for i in range(W)] + cand
+        pos = list(range(n0 - k, n0 + W)) + [n0, n0 + 1, n0 + 2]
+        tree = e.forward(toks, c, pos, mask=e.tree_mask(n0 - k, allowed), logits_to_keep=len(toks))[0]
+        e.crop(c, n0 - k)
+        alone = [e.forward([t], c, logits_to_keep=1)[0, -1] for t in ids[n0 - k:n0] + cand]
+        differ += sum(not torch.equal(x, y) for x, y in zip(list(tree[:k]) + list(tree[k + W:]), alone))
+    return differ
+
+
+def test_tree_rows_that_skip_keys_are_one_token_passes():
+    """Lookahead's candidate rows see the context, skip the window's rows, then see their own chain: their softmax
+    sums the same terms with zeros between them. With a float32 softmax the branch after the 137-token cache below
+    differed (by 0.125 in a logit, AMD EPYC, 2026-12-04); the float64 softmax makes every row bit-identical to `ar`'s."""
+    e = gqa_engine()
+    ids = [(5 * i) % 300 + 3 for i in range(500)]
+    assert tree_rows_against_one_token_passes(e, ids) == 0
+    W = 7
+    for n0 in (100, 137, 174):                 # a window of tokens 11..17, the branch 21, 22, 23 after it
+        c = e.new_cache()
+        e.forward(ids[:n0], c, logits_to_keep=1)
+        allowed = torch.ones(W + 3, W + 3, dtype=torch.bool).tril()
+        allowed[W:, :W] = False
+        toks = list(range(11, 11 + W)) + [21, 22, 23]
+        pos = list(range(n0, n0 + W)) + [n0, n0 + 1, n0 + 2]
+        tree = e.forward(toks, c, pos, mask=e.tree_mask(n0, allowed), logits_to_keep=W + 3)[0]
+        e.crop(c, n0)
+        alone = torch.cat([e.forward([t], c, logits_to_keep=1)[0] for t in [21, 22, 23]])
+        assert torch.equal(tree[W:], alone), n0
 
 
 def test_the_fused_kernel_is_what_it_replaces_and_is_not_row_exact():
@@ -102,6 +144,9 @@ def test_on_the_default_model_a_prompt_plus_drafts_pass_gives_the_drafts_one_tok
     apart = [e.forward(ids[:190], c, logits_to_keep=1)[0, -1]]
     apart += [e.forward([t], c, logits_to_keep=1)[0, -1] for t in ids[190:]]
     assert all(torch.equal(together[i], apart[i]) for i in range(11))
+    # lookahead's tree rows too (4 of 32 differed, by up to 0.25, with a float32 softmax: AMD EPYC, 2026-12-04)
+    text = "The quick brown fox jumps over the lazy dog while the cat sleeps. Meanwhile the river flows. " * 40
+    assert tree_rows_against_one_token_passes(e, e.tokenizer(text)["input_ids"], trials=4) == 0
 
 
 def test_a_long_prefill_gets_sdpa_causal_flag_and_no_materialised_mask(monkeypatch):
