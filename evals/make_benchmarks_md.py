@@ -495,8 +495,9 @@ def default_part() -> str:
                        "attention runs per query row (`paradec/attention.py`) and oneDNN's bf16 down projection over "
                        "more than 32 rows is computed in 32-row pieces on AMX (`kernels.row_plan`). The bf16 runs of "
                        "2026-12-02 had 38 mismatches (fused attention's row blocking), those of 2026-12-03 07:37 UTC "
-                       "3 (the down projection; lookahead). Lookahead's candidate rows skip keys of their pass, so "
-                       "they are not covered by that argument; none differed in these runs.")
+                       "3 (the down projection; lookahead). Lookahead's candidate rows skip keys of their pass; since "
+                       "2026-12-04 the softmax sums in float64 too, which makes them row-exact as well "
+                       "(tests/test_attention.py; runs before that date were not covered).")
     if margins:
         who = [m for suite in have for m in re.findall(r"^- ([\w-]+), item", (B / f"default-{suite}.md").read_text(),
                                                        re.M)]
@@ -510,7 +511,7 @@ def default_part() -> str:
             margin_note += (f" Since attention became row-exact (`paradec/attention.py`, 2026-12-03) a verifying row "
                             f"that sees a prefix of the keys has `ar`'s numbers bit for bit in the tests (the runs of "
                             f"2026-12-02 had 38 mismatches); {tree} of these are lookahead's, whose candidate rows skip "
-                            f"keys of their pass (not covered)"
+                            f"keys of their pass (covered only since the float64 softmax of 2026-12-04)"
                             + (f"; the other {len(who) - tree} ({', '.join(sorted(set(w for w in who if w != 'lookahead')))}) "
                                f"are outside attention (runs before 2026-12-03 11:30 UTC: oneDNN's bf16 down "
                                f"projection over more than 32 rows, since computed in 32-row pieces, "
