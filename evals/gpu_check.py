@@ -1,65 +1,302 @@
-"""One prepared GPU check (at most ~6 minutes on an H100/H200-class card). Not a test; CI has no GPU.
+"""One prepared GPU check (about 4 minutes on an H200). Not a test: CI has no GPU, and no test depends on one.
 
-    python evals/gpu_check.py [--tokens 256] [--bandwidth-gbs 4800]
+    python evals/gpu_check.py [--tokens 256] [--md docs/bench/gpu-check.md] [--json FILE] [--skip-tests]
+    python evals/gpu_check.py --small --device cpu      # the same steps on tiny shapes: a dry run of the script
 
-1. runs the lossless-equality tests with the engine on CUDA (the default model loads on cuda, bf16);
-2. times `ar` at batch 1 on a randomly initialised Llama with an ~8B configuration (Llama-3-8B shapes) in bf16,
-   EOS ignored, and prints tokens/s and the fraction of the memory-bandwidth roofline:
-   weight bytes x tokens/s / device bandwidth.
+The default model cannot travel to the GPU machine (the lease carries 64 MiB), so its timings use randomly
+initialised models of real shapes, in bfloat16: Qwen2.5-Coder-0.5B-Instruct's (the default model: 24 layers,
+hidden 896, 14 query / 2 key-value heads, untied 151,936-entry head) and Llama-3-8B's. Random weights give real
+costs but not real acceptance: the tokens/pass of a drafting strategy on them says nothing about a trained model.
+
+1. the device's copy bandwidth (bytes read per second of a large device-to-device copy);
+2. per shape: the cost of one forward pass over 1..64 new tokens after a 200-token cached context, through
+   paradec's row-exact attention and through SDPA (the regime in which verifying drafts is nearly free);
+   `ar` at batch 1 (EOS ignored) against transformers' `generate` in the same process, and `ar`'s share of the
+   read-bandwidth roofline (weight bytes x tokens/s / bandwidth);
+   the lossless strategies (pld, lookahead) against `ar` token for token on the GPU in bfloat16;
+3. last, the tests of the strategies with the random test engines on the GPU (`PARADEC_TEST_DEVICE=cuda`; the
+   slow ones, which need the default model, left out): device placement and token-for-token equality there.
+
+It prints a Markdown section (also written to --md) and the figures as JSON (--json).
 """
+from __future__ import annotations
+
 import argparse
+import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from evals.forward_cost import curve  # noqa: E402
+
+LOSSLESS_TESTS = ["tests/test_ar.py", "tests/test_speculative.py", "tests/test_engine.py", "tests/test_ptp.py",
+                  "tests/test_lud.py", "tests/test_draft.py"]
+PROMPTS = ["def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n"
+           "def fibonacci(n):",
+           "the quick brown fox jumps over the lazy dog. the quick brown fox jumps over the lazy dog. the quick",
+           "SELECT name, price FROM items WHERE price > 10 ORDER BY price; SELECT name, price FROM items WHERE"]
+
+
+def shapes(small: bool) -> list[tuple[str, object]]:
+    from transformers import LlamaConfig, Qwen2Config
+    if small:
+        return [("qwen2-tiny", Qwen2Config(vocab_size=151936, hidden_size=64, intermediate_size=128,
+                                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                           max_position_embeddings=4096, tie_word_embeddings=False)),
+                ("llama-tiny", LlamaConfig(vocab_size=128256, hidden_size=64, intermediate_size=128,
+                                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                           max_position_embeddings=4096))]
+    return [("qwen2.5-0.5b-shape", Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864,
+                                               num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                                               max_position_embeddings=32768, rope_theta=1000000.0,
+                                               tie_word_embeddings=False)),
+            ("llama-3-8b-shape", LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
+                                             num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                                             max_position_embeddings=8192, rope_theta=500000.0))]
+
+
+def run_tests(device: str, timeout: int) -> dict:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PARADEC_TEST_DEVICE": device}
+    t0 = time.time()
+    try:
+        import importlib.util
+        par = ["-n", "6"] if importlib.util.find_spec("xdist") else []     # pytest-xdist, where it is installed
+        p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider", *par,
+                            *LOSSLESS_TESTS], cwd=ROOT, env=env, timeout=timeout, capture_output=True, text=True)
+        out = p.stdout + p.stderr
+        rc = p.returncode
+    except subprocess.TimeoutExpired as e:
+        out, rc = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""), -1
+        out += f"\n(timed out after {timeout} s)"
+        rc = "timed out"
+    print(out[-6000:], flush=True)
+    summary = [ln for ln in out.splitlines() if re.search(r"\d+ (passed|failed|error)", ln)]
+    failed = sorted({m.group(1) for m in re.finditer(r"^(?:FAILED|ERROR) (\S+)", out, re.M)})
+    return {"rc": rc, "summary": summary[-1].strip("= ") if summary else f"no summary (exit {rc})", "failed": failed,
+            "seconds": round(time.time() - t0, 1)}
+
+
+def copy_bandwidth(device: torch.device, gib: float) -> float:
+    """Bytes read per second by a device-to-device copy of `gib` GiB (best of 5): the read roofline's bandwidth."""
+    n = int(gib * (1 << 30)) // 2
+    a = torch.empty(n, dtype=torch.bfloat16, device=device).fill_(1)
+    b = torch.empty_like(a)
+    best = None
+    for _ in range(6):
+        sync(device)
+        t0 = time.perf_counter()
+        b.copy_(a)
+        sync(device)
+        t = time.perf_counter() - t0
+        best = t if best is None else min(best, t)
+    del a, b
+    return 2 * n / best
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def build(cfg, device: torch.device, tok):
+    from transformers import AutoModelForCausalLM
+
+    from paradec.engine import Engine
+    torch.manual_seed(0)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval()
+    finally:
+        torch.set_default_dtype(old)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    return model, Engine(model, tok, name=f"random {cfg.model_type}")
+
+
+def lane_ids(lane) -> list[int]:
+    return [i for seg in sorted(lane.seg_ids) for i in lane.seg_ids[seg]]
+
+
+def check_shape(label: str, cfg, device: torch.device, tok, tokens: int, bandwidth: float, small: bool) -> dict:
+    from paradec import attention
+    from paradec.race import run_alone
+    from paradec.strategies import Request
+    t0 = time.time()
+    model, engine = build(cfg, device, tok)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    res = {"shape": label, "params": sum(p.numel() for p in model.parameters()), "weight_gb": weight_bytes / 1e9,
+           "attention": engine.attention}
+    # 3a. pass costs after a 200-token context, row-exact attention then SDPA
+    g = torch.Generator().manual_seed(0)
+    news = [1, 4, 16, 64]
+    costs = {}
+    for impl in (engine.attention, "sdpa"):
+        if impl == "sdpa":
+            model.set_attn_implementation("sdpa")
+        cache = engine.new_cache()
+        ctx = torch.randint(0, 1000, (200,), generator=g).tolist()
+        engine.forward(ctx, cache, logits_to_keep=1)
+        curve(engine, cache, 200, [1, 4], 2, g)           # warm-up
+        costs[impl] = {T: round(1000 * s, 2) for T, s in curve(engine, cache, 200, news, 10, g).items()}
+        del cache
+    attention.use(model)
+    res["pass_ms"] = costs
+    # 3b. ar against transformers' generate, EOS ignored
+    req = Request(prompt="def main():", chat=False, max_new_tokens=tokens, ignore_eos=True)
+    warm = Request(prompt="x", chat=False, max_new_tokens=8, ignore_eos=True)
+    for s in ("ar", "hf-generate"):
+        run_alone(engine, s, warm)
+    speed = {}
+    for s in ("ar", "hf-generate", "ar"):
+        lane = run_alone(engine, s, req)
+        if lane.error:
+            speed[s] = {"error": lane.error}
+            continue
+        f = lane.figures()
+        speed.setdefault(s, {"tokens_per_s": [], "tpot_ms": [], "tokens": f.tokens})
+        speed[s]["tokens_per_s"].append(round(f.tokens_per_s, 2))
+        speed[s]["tpot_ms"].append(round(1000 * (f.tpot_s or 0), 2))
+    res["speed"] = speed
+    ar_tps = max(speed["ar"]["tokens_per_s"]) if "tokens_per_s" in speed.get("ar", {}) else None
+    if ar_tps:
+        res["roofline_tokens_per_s"] = round(bandwidth / weight_bytes, 1)
+        res["ar_roofline_fraction"] = round(weight_bytes * ar_tps / bandwidth, 3)
+        hf = speed.get("hf-generate", {}).get("tokens_per_s")
+        res["ar_over_hf_generate"] = round(ar_tps / max(hf), 3) if hf else None
+    # 4. lossless strategies against ar on the device, bf16
+    n_tok = 32 if small else 128
+    lossless = {}
+    for s in ("pld", "lookahead"):
+        rows = []
+        for prompt in PROMPTS:
+            r = Request(prompt=prompt, chat=False, max_new_tokens=n_tok, ignore_eos=True)
+            base, other = run_alone(engine, "ar", r), run_alone(engine, s, r)
+            if other.error or base.error:
+                rows.append({"error": other.error or base.error})
+                continue
+            a, b = lane_ids(base), lane_ids(other)
+            first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+            if first is None and len(a) != len(b):
+                first = min(len(a), len(b))
+            fa, fb = base.figures(), other.figures()
+            rows.append({"same": first is None, "first_difference": first, "tokens": len(b),
+                         "tokens_per_pass": round(fb.tokens_per_pass or 0, 2),
+                         "speed_up": round(fb.tokens_per_s / fa.tokens_per_s, 2)})
+        lossless[s] = rows
+    res["lossless"] = lossless
+    res["seconds"] = round(time.time() - t0, 1)
+    del engine, model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return res
+
+
+def markdown(info: dict) -> str:
+    L = [f"**Machine**: {info['device_name']}; torch {info['torch']}, transformers {info['transformers']}; "
+         f"bfloat16, batch 1, random weights of real shapes. **Date**: {info['date']}. Command: "
+         f"`python evals/gpu_check.py` ({info['seconds']:.0f} s).", ""]
+    t = info.get("tests")
+    if t:
+        L += [f"- Tests of the lossless strategies with the random test engines on `{info['device']}` "
+              f"(`PARADEC_TEST_DEVICE`, slow tests left out): **{t['summary']}** in {t['seconds']} s"
+              + (f"; failed: {', '.join(t['failed'])}" if t["failed"] else "") + "."]
+    L += [f"- Device-to-device copy: {info['bandwidth_gbs']:.0f} GB/s read (the roofline's bandwidth below).", ""]
+    for r in info["shapes"]:
+        if "error" in r:
+            L += [f"**{r['shape']}**: failed: `{r['error'].strip().splitlines()[-1]}`", ""]
+            continue
+        L += [f"**{r['shape']}** ({r['params'] / 1e6:.0f}M parameters, {r['weight_gb']:.2f} GB of weights):", ""]
+        news = list(next(iter(r["pass_ms"].values())))
+        L += ["| pass over T new tokens, 200 cached | " + " | ".join(f"T={T}" for T in news) + " |",
+              "|---|" + "---|" * len(news)]
+        for impl, c in r["pass_ms"].items():
+            name = "row-exact attention" if impl != "sdpa" else "SDPA"
+            L.append(f"| {name}, ms (× one token) | "
+                     + " | ".join(f"{c[T]:.2f} ({c[T] / c[news[0]]:.2f}×)" for T in news) + " |")
+        sp = r["speed"]
+        if "tokens_per_s" in sp.get("ar", {}):
+            ar = sp["ar"]
+            hf = sp.get("hf-generate", {})
+            L += ["", f"`ar`, {ar['tokens']} tokens: {' / '.join(map(str, ar['tokens_per_s']))} tokens/s "
+                      f"(TPOT {' / '.join(map(str, ar['tpot_ms']))} ms); transformers `generate`: "
+                      f"{' / '.join(map(str, hf.get('tokens_per_s', ['error'])))} tokens/s; ar ÷ generate "
+                      f"**{r.get('ar_over_hf_generate')}**; ar at **{100 * r['ar_roofline_fraction']:.1f}%** of "
+                      f"the read roofline ({r['roofline_tokens_per_s']} tokens/s)."]
+        else:
+            L += ["", f"`ar`: {sp.get('ar')}"]
+        for s, rows in r["lossless"].items():
+            same = sum(1 for x in rows if x.get("same"))
+            L.append(f"`{s}` against `ar`, token for token: **{same} of {len(rows)}** prompts identical "
+                     f"(first differences at {[x.get('first_difference') for x in rows]}); tokens/pass "
+                     f"{[x.get('tokens_per_pass') for x in rows]}, speed-up {[x.get('speed_up') for x in rows]} "
+                     f"(random weights: acceptance is not a trained model's).")
+        L.append("")
+    return "\n".join(L)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=256)
-    ap.add_argument("--bandwidth-gbs", type=float, default=4800.0, help="device memory bandwidth (H200: 4800)")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--small", action="store_true", help="tiny shapes: a dry run of the script (e.g. on the CPU)")
     ap.add_argument("--skip-tests", action="store_true")
+    ap.add_argument("--test-timeout", type=int, default=200)
+    ap.add_argument("--md", help="write the Markdown section here")
+    ap.add_argument("--json", help="write the figures here")
     a = ap.parse_args()
-    if not torch.cuda.is_available():
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
         print("no CUDA device: nothing to check")
         return 1
-    if not a.skip_tests:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/test_ar.py", "tests/test_speculative.py",
-                        "tests/test_engine.py", "-x"], cwd=ROOT, env=env, timeout=240)
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from paradec.engine import Engine
-    from paradec.race import run_alone
-    from paradec.strategies import Request
-    from paradec.testing import tokenizer_dir
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import transformers
     from transformers import AutoTokenizer
-    cfg = LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                      num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
-                      rope_theta=500000.0)
-    with torch.device("cuda"):
-        model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+
+    from paradec.testing import tokenizer_dir
+    t0 = time.time()
+    device = torch.device(a.device)
+    info = {"device": a.device, "torch": torch.__version__, "transformers": transformers.__version__,
+            "date": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
+    info["bandwidth_gbs"] = copy_bandwidth(device, 0.0625 if a.small else 4.0) / 1e9
+    print(f"copy bandwidth {info['bandwidth_gbs']:.0f} GB/s", flush=True)
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir()))
-    model.generation_config.eos_token_id = tok.eos_token_id
-    engine = Engine(model, tok, name="random-llama-8b-shape")
-    req = Request(prompt="def main():", chat=False, max_new_tokens=a.tokens, ignore_eos=True)
-    run_alone(engine, "ar", Request(prompt="x", chat=False, max_new_tokens=8, ignore_eos=True))
-    t = time.time()
-    lane = run_alone(engine, "ar", req)
-    f = lane.figures()
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    roofline = weight_bytes * f.tokens_per_s / (a.bandwidth_gbs * 1e9)
-    print(json.dumps({"device": torch.cuda.get_device_name(0), "params": sum(p.numel() for p in model.parameters()),
-                      "tokens": f.tokens, "tokens_per_s": f.tokens_per_s, "ttft_s": f.ttft_s, "tpot_s": f.tpot_s,
-                      "wall_s": time.time() - t, "weight_gb": weight_bytes / 1e9,
-                      "roofline_fraction": roofline}))
+    info["shapes"] = []
+    for label, cfg in shapes(a.small):
+        try:
+            r = check_shape(label, cfg, device, tok, 32 if a.small else a.tokens, info["bandwidth_gbs"] * 1e9,
+                            a.small)
+        except Exception:  # noqa: BLE001 - one shape failing keeps the other's figures
+            import traceback
+            traceback.print_exc()
+            r = {"shape": label, "error": traceback.format_exc(limit=3)}
+        print(json.dumps(r), flush=True)
+        info["shapes"].append(r)
+        write(info, a, t0)
+    if not a.skip_tests:                    # last: the timings above are kept if the tests run out of time
+        info["tests"] = run_tests(a.device, a.test_timeout)
+    print(write(info, a, t0))
     return 0
+
+
+def write(info: dict, a, t0: float) -> str:
+    info["seconds"] = time.time() - t0
+    md = markdown(info)
+    if a.md:
+        Path(a.md).write_text(md + "\n")
+    if a.json:
+        Path(a.json).write_text(json.dumps(info, indent=1))
+    return md
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ default model, or left by its training run) and a randomly initialised Llama, so
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,11 +19,17 @@ def tokenizer_dir() -> Path:
     raise RuntimeError("no paradec tokenizer found: the shipped model data/models/paradec-tiny is missing")
 
 
+def device_for_tests() -> str:
+    """Where the random test engines live: the CPU, or `PARADEC_TEST_DEVICE` (evals/gpu_check.py runs the
+    lossless tests with it set to cuda)."""
+    return os.environ.get("PARADEC_TEST_DEVICE", "cpu")
+
+
 def random_engine(seed: int = 0, hidden: int = 64, layers: int = 2, init: float = 0.3):
     """A randomly initialised tiny Llama with the paradec tokenizer: fast, and varied enough outputs.
 
-    Built the same way every time for the same arguments, so a server process and a test process that call
-    it with the same seed hold identical weights.
+    Built the same way every time for the same arguments (initialised on the CPU, then moved to `device_for_tests()`),
+    so a server process and a test process that call it with the same seed hold identical weights.
     """
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
@@ -34,7 +41,7 @@ def random_engine(seed: int = 0, hidden: int = 64, layers: int = 2, init: float 
                       initializer_range=init, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                       tie_word_embeddings=True)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg).eval()
+    model = LlamaForCausalLM(cfg).eval().to(device_for_tests())
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     return Engine(model, tok, name=f"random-{seed}")
