@@ -64,7 +64,7 @@ def shapes(small: bool) -> list[tuple[str, object]]:
                                              max_position_embeddings=8192, rope_theta=500000.0))]
 
 
-def run_tests(device: str, timeout: int) -> dict:
+def run_tests(device: str, timeout: int, log: str | None = None) -> dict:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PARADEC_TEST_DEVICE": device}
     t0 = time.time()
     try:
@@ -79,6 +79,8 @@ def run_tests(device: str, timeout: int) -> dict:
         out += f"\n(timed out after {timeout} s)"
         rc = "timed out"
     print(out[-6000:], flush=True)
+    if log:
+        Path(log).write_text(out)
     summary = [ln for ln in out.splitlines() if re.search(r"\d+ (passed|failed|error)", ln)]
     failed = sorted({m.group(1) for m in re.finditer(r"^(?:FAILED|ERROR) (\S+)", out, re.M)})
     return {"rc": rc, "summary": summary[-1].strip("= ") if summary else f"no summary (exit {rc})", "failed": failed,
@@ -128,7 +130,8 @@ def lane_ids(lane) -> list[int]:
     return [i for seg in sorted(lane.seg_ids) for i in lane.seg_ids[seg]]
 
 
-def check_shape(label: str, cfg, device: torch.device, tok, tokens: int, bandwidth: float, small: bool) -> dict:
+def check_shape(label: str, cfg, device: torch.device, tok, tokens: int, bandwidth: float, small: bool,
+                parts: str = "shapes") -> dict:
     from paradec import attention
     from paradec.race import run_alone
     from paradec.strategies import Request
@@ -152,6 +155,10 @@ def check_shape(label: str, cfg, device: torch.device, tok, tokens: int, bandwid
         del cache
     attention.use(model)
     res["pass_ms"] = costs
+    res["rows_probe"] = rows_probe(engine)
+    print(label, "rows probe", res["rows_probe"], flush=True)
+    if "shapes" not in parts:
+        return res
     # 3b. ar against transformers' generate, EOS ignored
     req = Request(prompt="def main():", chat=False, max_new_tokens=tokens, ignore_eos=True)
     warm = Request(prompt="x", chat=False, max_new_tokens=8, ignore_eos=True)
@@ -202,6 +209,34 @@ def check_shape(label: str, cfg, device: torch.device, tok, tokens: int, bandwid
     return res
 
 
+def rows_probe(engine, rows: int = 8, context: int = 200, repeats: int = 4) -> dict:
+    """Whether a row of a many-row pass gets a one-token pass's logits on this device: `repeats` times, a
+    random `context` is cached, then `rows` random tokens go through one pass and, after cropping, one token at a
+    time. Reports the largest logit difference, how many rows' argmax agree, and the random model's median gap
+    between its two best logits (how near a tie a difference must come to flip a token)."""
+    g = torch.Generator().manual_seed(1)
+    worst, agree, differ, gaps = 0.0, 0, 0, []
+    for _ in range(repeats):
+        ctx = torch.randint(0, 1000, (context,), generator=g).tolist()
+        new = torch.randint(0, 1000, (rows,), generator=g).tolist()
+        cache = engine.new_cache()
+        engine.forward(ctx, cache, logits_to_keep=1)
+        many = engine.forward(new, cache, positions=list(range(context, context + rows)), logits_to_keep=rows)[0]
+        engine.crop(cache, context)
+        ones = torch.cat([engine.forward([t], cache, positions=[context + i], logits_to_keep=1)[0]
+                          for i, t in enumerate(new)])
+        d = (many - ones).abs().amax(-1)
+        worst = max(worst, float(d.max()))
+        differ += int((d > 0).sum())
+        agree += int((many.argmax(-1) == ones.argmax(-1)).sum())
+        top2 = ones.topk(2, dim=-1).values
+        gaps += (top2[:, 0] - top2[:, 1]).tolist()
+        del cache
+    gaps.sort()
+    return {"pass_rows": rows, "rows": rows * repeats, "rows_differing": differ, "max_logit_difference": round(worst, 4),
+            "argmax_agree": agree, "median_top2_gap": round(gaps[len(gaps) // 2], 4)}
+
+
 def markdown(info: dict) -> str:
     L = [f"**Machine**: {info['device_name']}; torch {info['torch']}, transformers {info['transformers']}; "
          f"bfloat16, batch 1, random weights of real shapes. **Date**: {info['date']}. Command: "
@@ -218,12 +253,24 @@ def markdown(info: dict) -> str:
             continue
         L += [f"**{r['shape']}** ({r['params'] / 1e6:.0f}M parameters, {r['weight_gb']:.2f} GB of weights):", ""]
         news = list(next(iter(r["pass_ms"].values())))
+        if isinstance(news[0], str):
+            r["pass_ms"] = {k: {int(T): v for T, v in c.items()} for k, c in r["pass_ms"].items()}
+            news = [int(T) for T in news]
         L += ["| pass over T new tokens, 200 cached | " + " | ".join(f"T={T}" for T in news) + " |",
               "|---|" + "---|" * len(news)]
         for impl, c in r["pass_ms"].items():
             name = "row-exact attention" if impl != "sdpa" else "SDPA"
             L.append(f"| {name}, ms (× one token) | "
                      + " | ".join(f"{c[T]:.2f} ({c[T] / c[news[0]]:.2f}×)" for T in news) + " |")
+        pr = r.get("rows_probe")
+        if pr:
+            L += ["", f"Rows of {pr['pass_rows']}-token passes against one-token passes (200 cached tokens, "
+                      f"{pr['rows']} rows): {pr['rows_differing']} differ, by up to {pr['max_logit_difference']} in a logit; argmax the "
+                      f"same in {pr['argmax_agree']} of {pr['rows']}; the random model's median gap between its two "
+                      f"best logits {pr['median_top2_gap']}."]
+        if "speed" not in r:
+            L.append("")
+            continue
         sp = r["speed"]
         if "tokens_per_s" in sp.get("ar", {}):
             ar = sp["ar"]
@@ -252,6 +299,9 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="tiny shapes: a dry run of the script (e.g. on the CPU)")
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--test-timeout", type=int, default=200)
+    ap.add_argument("--parts", default="shapes,tests", help="shapes (timings, rows probe, lossless runs), probe "
+                                                            "(the rows probe alone), tests")
+    ap.add_argument("--test-log", help="write the whole pytest output here")
     ap.add_argument("--md", help="write the Markdown section here")
     ap.add_argument("--json", help="write the figures here")
     a = ap.parse_args()
@@ -272,10 +322,10 @@ def main() -> int:
     print(f"copy bandwidth {info['bandwidth_gbs']:.0f} GB/s", flush=True)
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir()))
     info["shapes"] = []
-    for label, cfg in shapes(a.small):
+    for label, cfg in shapes(a.small) if {"shapes", "probe"} & set(a.parts.split(",")) else []:
         try:
             r = check_shape(label, cfg, device, tok, 32 if a.small else a.tokens, info["bandwidth_gbs"] * 1e9,
-                            a.small)
+                            a.small, a.parts)
         except Exception:  # noqa: BLE001 - one shape failing keeps the other's figures
             import traceback
             traceback.print_exc()
@@ -283,8 +333,8 @@ def main() -> int:
         print(json.dumps(r), flush=True)
         info["shapes"].append(r)
         write(info, a, t0)
-    if not a.skip_tests:                    # last: the timings above are kept if the tests run out of time
-        info["tests"] = run_tests(a.device, a.test_timeout)
+    if not a.skip_tests and "tests" in a.parts:       # last: the timings above are kept if the tests run out of time
+        info["tests"] = run_tests(a.device, a.test_timeout, a.test_log)
     print(write(info, a, t0))
     return 0
 

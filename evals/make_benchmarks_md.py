@@ -618,6 +618,27 @@ sweep is its own section below, issue 18), `pcw`, `ape` and `focus` (the long-co
 {runs}"""
 
 
+def gpu_part() -> str:
+    """docs/bench/gpu-check.md (written by `python evals/gpu_check.py --md`) and what it says."""
+    if not (B / "gpu-check.md").exists():
+        return "No GPU has been lent to a session yet: `python evals/gpu_check.py` is prepared and has not run.\n"
+    return section("gpu-check.md") + """
+Reading. (1) On the GPU a pass over 64 new tokens costs 1.02-1.08x a one-token pass on both shapes: verifying
+drafts is free there, as on the AMX CPU in bf16. (2) But paradec's `ar` is not near the GPU's read roofline: a pass
+reads 1.26 GB (0.6 ms at the measured copy bandwidth) or 16 GB (7.6 ms), yet takes ~20 ms / ~26 ms, whatever its
+width: the time is the Python forward's kernel launches (24 / 32 layers), not memory. transformers' `generate` pays
+the same (ar / generate 1.37 and 0.95). Reaching the GPU roofline needs captured graphs or a serving engine
+(`--engine vllm`), not this loop; the CPU figures above are where paradec's own decoding loop is measured.
+(3) Lossless on CUDA: the rows probe finds 0 of 32 rows differing on the 0.5B shape but 2 of 32 (up to 0.033 in a
+logit) on the 8B shape: cuBLAS picks other kernels for other row counts, and `kernels.row_plan` (which makes the
+linears row-exact on the CPU) is CPU-only. With a random model's near-ties that was enough: on the 8B shape `pld`
+and `lookahead` left `ar`'s tokens on 2 of 3 prompts (both at the same positions, 15 and 0 - the first token, where
+their first pass is wider than `ar`'s prefill), on the 0.5B shape `lookahead` on 1 of 3 (at token 99). On the CPU
+the benchmarks above have 0 such mismatches; on CUDA, token-for-token equality needs batch-invariant GEMMs (one
+tile and split plan whatever the row count), not done.
+"""
+
+
 def main() -> None:
     peers = rows("peers.md")
     ar_gen = relative(peers, "ar", "hf-generate")
@@ -666,7 +687,9 @@ def main() -> None:
 ## Lexical Unit Decoding on the default model (issue 18)
 
 {lud_default_part()}
+## On a GPU: NVIDIA H200, random weights of real shapes (`evals/gpu_check.py`)
 
+{gpu_part()}
 # paradec-tiny (the earlier default)
 
 The sections below were measured on paradec-tiny (12.5M parameters) on 2026-11-30, before the default model
@@ -682,8 +705,7 @@ same prompts, same model); never compare absolute tokens/s across sections.
 **Machine**: AMD EPYC, 2 cores, no GPU, 24 GiB; torch 2.13.0+cpu, transformers 5.23.0, float32, 1 torch thread.
 **Date**: 2026-11-30. Sections 1, 2, 5, 6 and 7 were run on a quiet machine; the others ran while training jobs
 shared the two cores, so their absolute tokens/s are low and noisy (the ratios inside one run are what to read). No GPU
-was lent to this task: `evals/gpu_check.py` (the tests on CUDA, and `ar` on a random 8B-shaped Llama with its
-memory-bandwidth roofline fraction) is prepared and has not been run.
+was lent then (the GPU check of 2026-12-04 is its own section above).
 
 Columns: *speed-up vs ar* = tokens/s ratio; *end-to-end speed-up* = mean `ar` E2E ÷ mean E2E; *tokens/pass* counts
 every target forward pass, the prefill pass included and a pass that only produced EOS too (so `ar` reads slightly

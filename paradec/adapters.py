@@ -265,6 +265,9 @@ class GatedAdapter(nn.Module):
         if self._model is model:
             return self
         self.detach()
+        dev = next(model.parameters()).device
+        if any(p.device != dev for p in self.parameters()):
+            self.to(dev)         # built or loaded on the CPU: it follows the model it is attached to
         mods = dict(model.named_modules())
         missing = [n for n in self.names if n not in mods]
         if missing:

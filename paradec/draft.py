@@ -142,7 +142,7 @@ class Draft:
         tl = _decoder(engine.model).layers
         n = len(tl)
         sources = [s % n for s in sources]
-        score = {s: torch.zeros(tl[s].mlp.down_proj.in_features) for s in sources}
+        score = {s: torch.zeros(tl[s].mlp.down_proj.in_features, device=engine.device) for s in sources}
         hooks = []
         for s in sources:
             mlp = tl[s].mlp

@@ -324,7 +324,7 @@ class Engine:
         """Causal + padding additive mask (B, 1, q, L) for the last q of L positions."""
         L = mask2d.shape[1]
         causal = torch.ones(q, L, dtype=torch.bool, device=self.device).tril(L - q)
-        allowed = causal[None] & mask2d.bool()[:, None, :]
+        allowed = causal[None] & mask2d.to(self.device).bool()[:, None, :]
         # a fully masked row (left padding attending nothing) would give NaN: let it see itself
         eye = torch.zeros(q, L, dtype=torch.bool, device=self.device)
         eye[torch.arange(q), torch.arange(L - q, L)] = True

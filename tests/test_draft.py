@@ -115,7 +115,7 @@ def test_sampled_sps_with_a_trimmed_draft_keeps_the_target_distribution(target):
         counts[toks[0]] += 1
     assert set(counts.nonzero().flatten().tolist()) <= set(support)
     assert all(counts[t] > 0 for t in banned)
-    expected = p1[support] * n
+    expected = p1[support].cpu() * n
     chi2 = float(((counts[support] - expected) ** 2 / expected).sum())
     assert chi2 < 18.47, (chi2, counts[support], expected)          # chi-square df 4, p = 0.001
 

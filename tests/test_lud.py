@@ -230,7 +230,9 @@ def test_auto_k_is_two_on_a_float32_cpu_else_the_parameters_k(eng):
     eng.extras["lud"] = _perturbed_adapter(eng, std=0.02, k=5)
     try:
         lane = _tokens(eng, "lud", PROMPTS[1], {"threshold": 0.0, "max_repeat": 0}, max_new_tokens=12, ignore_eos=True)
-        assert lane.figures().accepted > 0 and all(s.drafted <= 1 for s in lane.steps)     # k = 2: one pad slot
+        one_slot = eng.device.type == "cpu" and eng.dtype == torch.float32      # auto k = 2 there: one pad slot
+        assert lane.figures().accepted > 0 and all(s.drafted <= (1 if one_slot else 4) for s in lane.steps)
+        assert max(s.drafted for s in lane.steps) == (1 if one_slot else 4)
         wide = _tokens(eng, "lud", PROMPTS[1], {"threshold": 0.0, "max_repeat": 0, "k": 5}, max_new_tokens=12,
                        ignore_eos=True)
         assert max(s.drafted for s in wide.steps) == 4

@@ -103,7 +103,7 @@ def test_gate_leaves_real_token_logits_exactly_the_base(target):
     ad = target.extras["ptp"].attach(target.model)
     ids = target.tokenizer(PROMPTS[0])["input_ids"]
     allowed, offsets, aux = layout(len(ids), 2, [0, 1, 2], 4)
-    emb = target.model.get_input_embeddings()(torch.tensor(ids))
+    emb = target.model.get_input_embeddings()(torch.tensor(ids, device=target.device))
     slots = torch.cat([ad.slot_inputs(torch.rand(4, dtype=torch.float64), True) for _ in range(3)])
     embeds = torch.cat([emb, slots])[None]
 
@@ -158,7 +158,7 @@ def test_adapter_save_load_roundtrip(target, tmp_path):
     assert back.meta["curve"] == [{"step": 0, "greedy": 1.0}]
     for k, v in ad.state_dict().items():       # the LoRA factors are stored in bfloat16, the rest exactly
         want = v.to(torch.bfloat16).float() if k.startswith("lora_") else v
-        assert torch.equal(want, back.state_dict()[k]), k
+        assert torch.equal(want.cpu(), back.state_dict()[k].cpu()), k
     e2 = random_engine(0)
     e2.extras["ptp"] = back
     assert run(e2, "ptp", PROMPTS[0])[0] == run(target, "ptp", PROMPTS[0])[0]

@@ -306,14 +306,14 @@ def test_sps_rejection_sampling_is_lossless_in_distribution(target):
         drafted += sum(s.drafted for s in steps)
     assert 0.2 < accepted / drafted < 0.9          # both acceptances and rejections happened
     assert set(counts1.nonzero().flatten().tolist()) <= set(support)
-    expected = p1[support] * n
+    expected = p1[support].cpu() * n
     chi2 = float(((counts1[support] - expected) ** 2 / expected).sum())
     assert chi2 < 18.47, (chi2, counts1[support], expected)          # chi-square df 4, p = 0.001
     assert set(counts2) <= set(joint)
     tv = 0.5 * sum(abs(counts2.get(c, 0) / n - pr) for c, pr in joint.items())
     assert tv < 0.2, tv
     # the draft alone would be rejected by the same chi-square bound
-    q_chi2 = float(((q1[support] * n - expected) ** 2 / expected).sum())
+    q_chi2 = float(((q1[support].cpu() * n - expected) ** 2 / expected).sum())
     assert q_chi2 > 100
 
 

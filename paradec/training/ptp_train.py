@@ -157,7 +157,7 @@ def slot_bins(logits: torch.Tensor, target: torch.Tensor, greedy: torch.Tensor, 
     B, Q, V = logits.shape
     lo = torch.zeros(B, Q, dtype=torch.float64)
     hi = torch.zeros(B, Q, dtype=torch.float64)
-    t = target.clamp_min(0)
+    t = target.clamp_min(0).to(logits.device)
     for g in (False, True):
         rows = (greedy == g).nonzero().flatten()
         if len(rows) == 0:
