@@ -131,7 +131,7 @@ def lane_ids(lane) -> list[int]:
 
 
 def check_shape(label: str, cfg, device: torch.device, tok, tokens: int, bandwidth: float, small: bool,
-                parts: str = "shapes") -> dict:
+                parts: str = "shapes", probe_repeats: int = 4) -> dict:
     from paradec import attention
     from paradec.race import run_alone
     from paradec.strategies import Request
@@ -155,7 +155,17 @@ def check_shape(label: str, cfg, device: torch.device, tok, tokens: int, bandwid
         del cache
     attention.use(model)
     res["pass_ms"] = costs
-    res["rows_probe"] = rows_probe(engine)
+    res["rows_probe"] = rows_probe(engine, repeats=probe_repeats)
+    if engine.device.type == "cuda" and "probe" in parts:
+        # the same probe with split-K reductions of bf16 products kept in float32 (cuBLAS otherwise may reduce
+        # partial sums in bf16): does the row-count dependence come from there?
+        old = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+        try:
+            res["rows_probe_fp32_reduction"] = rows_probe(engine, repeats=probe_repeats)
+        finally:
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = old
+        print(label, "rows probe, fp32 split-K reduction", res["rows_probe_fp32_reduction"], flush=True)
     print(label, "rows probe", res["rows_probe"], flush=True)
     if "shapes" not in parts:
         return res
@@ -302,6 +312,8 @@ def main() -> int:
     ap.add_argument("--parts", default="shapes,tests", help="shapes (timings, rows probe, lossless runs), probe "
                                                             "(the rows probe alone), tests")
     ap.add_argument("--test-log", help="write the whole pytest output here")
+    ap.add_argument("--probe-repeats", type=int, default=4, help="passes of the rows probe (8 rows each)")
+    ap.add_argument("--shape", help="only the shapes whose label contains this (qwen, llama)")
     ap.add_argument("--md", help="write the Markdown section here")
     ap.add_argument("--json", help="write the figures here")
     a = ap.parse_args()
@@ -323,9 +335,11 @@ def main() -> int:
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir()))
     info["shapes"] = []
     for label, cfg in shapes(a.small) if {"shapes", "probe"} & set(a.parts.split(",")) else []:
+        if a.shape and a.shape not in label:
+            continue
         try:
             r = check_shape(label, cfg, device, tok, 32 if a.small else a.tokens, info["bandwidth_gbs"] * 1e9,
-                            a.small, a.parts)
+                            a.small, a.parts, a.probe_repeats)
         except Exception:  # noqa: BLE001 - one shape failing keeps the other's figures
             import traceback
             traceback.print_exc()
