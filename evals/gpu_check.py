@@ -18,6 +18,12 @@ costs but not real acceptance: the tokens/pass of a drafting strategy on them sa
    slow ones, which need the default model, left out): device placement and token-for-token equality there.
 
 It prints a Markdown section (also written to --md) and the figures as JSON (--json).
+
+On this workplace's lent H200 (2026-12-04): the repository's tracked files are ~219 MB, over the 64 MiB a call
+carries, so the large weights (the shipped adapters, drafts, paradec-tiny's weights, the reference database) were
+left out for the calls (`git rm --cached` them, list them in .git/info/exclude, `git reset` them afterwards; the
+tests that need them skip or fail by name), and transformers 5.23 travelled as a wheel (the image has 5.17). The
+whole check took 212 s of a 230 s call; `--parts tests` alone about 70 s.
 """
 from __future__ import annotations
 
