@@ -79,17 +79,16 @@ def run_tests(device: str, timeout: int, log: str | None = None) -> dict:
         p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider", *par,
                             *LOSSLESS_TESTS], cwd=ROOT, env=env, timeout=timeout, capture_output=True, text=True)
         out = p.stdout + p.stderr
-        rc = p.returncode
+        rc = f"exit {p.returncode}"
     except subprocess.TimeoutExpired as e:
-        out, rc = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""), -1
-        out += f"\n(timed out after {timeout} s)"
-        rc = "timed out"
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        out, rc = out + f"\n(timed out after {timeout} s)", f"timed out after {timeout} s"
     print(out[-6000:], flush=True)
     if log:
         Path(log).write_text(out)
     summary = [ln for ln in out.splitlines() if re.search(r"\d+ (passed|failed|error)", ln)]
     failed = sorted({m.group(1) for m in re.finditer(r"^(?:FAILED|ERROR) (\S+)", out, re.M)})
-    return {"rc": rc, "summary": summary[-1].strip("= ") if summary else f"no summary (exit {rc})", "failed": failed,
+    return {"rc": rc, "summary": summary[-1].strip("= ") if summary else f"no summary ({rc})", "failed": failed,
             "seconds": round(time.time() - t0, 1)}
 
 
@@ -130,10 +129,6 @@ def build(cfg, device: torch.device, tok):
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     return model, Engine(model, tok, name=f"random {cfg.model_type}")
-
-
-def lane_ids(lane) -> list[int]:
-    return [i for seg in sorted(lane.seg_ids) for i in lane.seg_ids[seg]]
 
 
 def check_shape(label: str, cfg, device: torch.device, tok, tokens: int, bandwidth: float, small: bool,
@@ -208,7 +203,7 @@ def check_shape(label: str, cfg, device: torch.device, tok, tokens: int, bandwid
             if other.error or base.error:
                 rows.append({"error": other.error or base.error})
                 continue
-            a, b = lane_ids(base), lane_ids(other)
+            a, b = base.token_ids, other.token_ids
             first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
             if first is None and len(a) != len(b):
                 first = min(len(a), len(b))
