@@ -156,18 +156,18 @@ def check_shape(label: str, cfg, device: torch.device, tok, tokens: int, bandwid
         del cache
     attention.use(model)
     res["pass_ms"] = costs
+    res["row_exact_plan"] = row_exact(model, True)
     res["rows_probe"] = rows_probe(engine, repeats=probe_repeats)
-    if engine.device.type == "cuda" and "probe" in parts:
-        # the same probe with split-K reductions of bf16 products kept in float32 (cuBLAS otherwise may reduce
-        # partial sums in bf16): does the row-count dependence come from there?
-        old = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
-        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-        try:
-            res["rows_probe_fp32_reduction"] = rows_probe(engine, repeats=probe_repeats)
-        finally:
-            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = old
-        print(label, "rows probe, fp32 split-K reduction", res["rows_probe_fp32_reduction"], flush=True)
     print(label, "rows probe", res["rows_probe"], flush=True)
+    if res["row_exact_plan"]:
+        # the same probe without the plan (every product at its own row count, float32 attention scores): what
+        # the plan changes, on this device, in this run
+        row_exact(model, False)
+        res["rows_probe_without_plan"] = rows_probe(engine, repeats=probe_repeats)
+        res["pass_ms"]["without the row-exact plan"] = {
+            T: round(1000 * s, 2) for T, s in curve(engine, _cached(engine, g), 200, news, 10, g).items()}
+        row_exact(model, True)
+        print(label, "rows probe without the plan", res["rows_probe_without_plan"], flush=True)
     if "shapes" not in parts:
         return res
     # 3b. ar against transformers' generate, EOS ignored
@@ -176,15 +176,24 @@ def check_shape(label: str, cfg, device: torch.device, tok, tokens: int, bandwid
     for s in ("ar", "hf-generate"):
         run_alone(engine, s, warm)
     speed = {}
-    for s in ("ar", "hf-generate", "ar"):
+    plan = res["row_exact_plan"]
+    runs = [("ar", "ar"), ("hf-generate", "hf-generate"), ("ar", "ar")]
+    if plan:
+        runs.append(("ar", "ar without the plan"))
+    for s, label_s in runs:
+        if label_s.endswith("without the plan"):
+            row_exact(model, False)
+            run_alone(engine, s, warm)
         lane = run_alone(engine, s, req)
+        if label_s.endswith("without the plan"):
+            row_exact(model, True)
         if lane.error:
-            speed[s] = {"error": lane.error}
+            speed[label_s] = {"error": lane.error}
             continue
         f = lane.figures()
-        speed.setdefault(s, {"tokens_per_s": [], "tpot_ms": [], "tokens": f.tokens})
-        speed[s]["tokens_per_s"].append(round(f.tokens_per_s, 2))
-        speed[s]["tpot_ms"].append(round(1000 * (f.tpot_s or 0), 2))
+        speed.setdefault(label_s, {"tokens_per_s": [], "tpot_ms": [], "tokens": f.tokens})
+        speed[label_s]["tokens_per_s"].append(round(f.tokens_per_s, 2))
+        speed[label_s]["tpot_ms"].append(round(1000 * (f.tpot_s or 0), 2))
     res["speed"] = speed
     ar_tps = max(speed["ar"]["tokens_per_s"]) if "tokens_per_s" in speed.get("ar", {}) else None
     if ar_tps:
@@ -194,6 +203,46 @@ def check_shape(label: str, cfg, device: torch.device, tok, tokens: int, bandwid
         res["ar_over_hf_generate"] = round(ar_tps / max(hf), 3) if hf else None
     # 4. lossless strategies against ar on the device, bf16
     n_tok = 32 if small else 128
+    res["lossless"] = lossless_runs(engine, n_tok)
+    if plan:
+        row_exact(model, False)
+        res["lossless_without_plan"] = lossless_runs(engine, n_tok)
+        row_exact(model, True)
+    res["seconds"] = round(time.time() - t0, 1)
+    del engine, model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return res
+
+
+def row_exact(model, on: bool) -> str | None:
+    """Turn paradec's row-exact plan for CUDA on or off on `model` (paradec/kernels.py `fixed_rows`, float64
+    attention scores: paradec/attention.py `scores_dtype`); returns its name when on. Never on off CUDA."""
+    from paradec import attention, kernels
+    global _SCORES
+    _SCORES = _SCORES or attention.scores_dtype
+    if on and kernels.fixed_rows_wanted(next(model.parameters()).device):
+        kernels.fixed_rows(model)
+        attention.scores_dtype = _SCORES
+        return "fixed-rows products + float64 scores"
+    kernels.unfix_rows(model)
+    attention.scores_dtype = lambda device: torch.float32
+    return None
+
+
+_SCORES = None
+
+
+def _cached(engine, g):
+    cache = engine.new_cache()
+    engine.forward(torch.randint(0, 1000, (200,), generator=g).tolist(), cache, logits_to_keep=1)
+    return cache
+
+
+def lossless_runs(engine, n_tok: int) -> dict:
+    """pld and lookahead against ar, token for token, on PROMPTS."""
+    from paradec.race import run_alone
+    from paradec.strategies import Request
     lossless = {}
     for s in ("pld", "lookahead"):
         rows = []
@@ -212,12 +261,7 @@ def check_shape(label: str, cfg, device: torch.device, tok, tokens: int, bandwid
                          "tokens_per_pass": round(fb.tokens_per_pass or 0, 2),
                          "speed_up": round(fb.tokens_per_s / fa.tokens_per_s, 2)})
         lossless[s] = rows
-    res["lossless"] = lossless
-    res["seconds"] = round(time.time() - t0, 1)
-    del engine, model
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    return res
+    return lossless
 
 
 def rows_probe(engine, rows: int = 8, context: int = 200, repeats: int = 4) -> dict:
@@ -270,7 +314,9 @@ def markdown(info: dict) -> str:
         L += ["| pass over T new tokens, 200 cached | " + " | ".join(f"T={T}" for T in news) + " |",
               "|---|" + "---|" * len(news)]
         for impl, c in r["pass_ms"].items():
-            name = "row-exact attention" if impl != "sdpa" else "SDPA"
+            plan = " + fixed-rows products" if r.get("row_exact_plan") and "without" not in impl else ""
+            name = ("SDPA" if impl == "sdpa" else "row-exact attention, float32 scores, no fixed rows"
+                    if "without" in impl else "row-exact attention") + plan
             L.append(f"| {name}, ms (× one token) | "
                      + " | ".join(f"{c[T]:.2f} ({c[T] / c[news[0]]:.2f}×)" for T in news) + " |")
         pr = r.get("rows_probe")
@@ -278,7 +324,12 @@ def markdown(info: dict) -> str:
             L += ["", f"Rows of {pr['pass_rows']}-token passes against one-token passes (200 cached tokens, "
                       f"{pr['rows']} rows): {pr['rows_differing']} differ, by up to {pr['max_logit_difference']} in a logit; argmax the "
                       f"same in {pr['argmax_agree']} of {pr['rows']}; the random model's median gap between its two "
-                      f"best logits {pr['median_top2_gap']}."]
+                      f"best logits {pr['median_top2_gap']}"
+                      + (f" (with the row-exact plan: {r['row_exact_plan']})." if r.get("row_exact_plan") else ".")]
+            nb = r.get("rows_probe_without_plan")
+            if nb:
+                L += ["", f"The same probe without the plan: {nb['rows_differing']} of {nb['rows']} rows differ, by "
+                          f"up to {nb['max_logit_difference']}; argmax the same in {nb['argmax_agree']}."]
         if "speed" not in r:
             L.append("")
             continue
@@ -291,14 +342,18 @@ def markdown(info: dict) -> str:
                       f"{' / '.join(map(str, hf.get('tokens_per_s', ['error'])))} tokens/s; ar ÷ generate "
                       f"**{r.get('ar_over_hf_generate')}**; ar at **{100 * r['ar_roofline_fraction']:.1f}%** of "
                       f"the read roofline ({r['roofline_tokens_per_s']} tokens/s)."]
+            wo = sp.get("ar without the plan", {}).get("tokens_per_s")
+            if wo:
+                L.append(f"`ar` without the row-exact plan: {' / '.join(map(str, wo))} tokens/s (the plan's cost).")
         else:
             L += ["", f"`ar`: {sp.get('ar')}"]
-        for s, rows in r["lossless"].items():
-            same = sum(1 for x in rows if x.get("same"))
-            L.append(f"`{s}` against `ar`, token for token: **{same} of {len(rows)}** prompts identical "
-                     f"(first differences at {[x.get('first_difference') for x in rows]}); tokens/pass "
-                     f"{[x.get('tokens_per_pass') for x in rows]}, speed-up {[x.get('speed_up') for x in rows]} "
-                     f"(random weights: acceptance is not a trained model's).")
+        for key, how in (("lossless", ""), ("lossless_without_plan", " without the row-exact plan")):
+            for s, rows in r.get(key, {}).items():
+                same = sum(1 for x in rows if x.get("same"))
+                L.append(f"`{s}` against `ar`{how}, token for token: **{same} of {len(rows)}** prompts identical "
+                         f"(first differences at {[x.get('first_difference') for x in rows]}); tokens/pass "
+                         f"{[x.get('tokens_per_pass') for x in rows]}, speed-up {[x.get('speed_up') for x in rows]} "
+                         f"(random weights: acceptance is not a trained model's).")
         L.append("")
     return "\n".join(L)
 

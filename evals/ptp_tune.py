@@ -7,7 +7,13 @@ and the speed-up over ar measured in the same run. Every ptp output is checked t
 The benchmark suites are never used here, so the defaults chosen from this table are not tuned on them.
 
     python evals/ptp_tune.py [--model M] [--prompts 6] [--max-new-tokens 64] [--grid 2:1,3:1,3:2,4:2,5:2,7:3]
-                             [--markdown docs/bench/ptp_tune.md]
+                             [--markdown docs/bench/ptp_tune.md] [--write-profile [FOLDER]]
+
+`--write-profile` also writes the adapter's decoding profile (paradec/strategies/ptp.py PROFILE, beside the
+adapter unless a folder is given): per configuration the tokens per decode pass and how many decode passes had
+how many positions. Those figures are the adapter's and the prompts', not the machine's (the outputs are `ar`'s
+token for token on any machine), so `ptp` combines them at run time with the pass costs it measures where it
+runs, and picks its (k, branches) there.
 """
 from __future__ import annotations
 
@@ -34,6 +40,8 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", default="2:1,3:1,3:2,4:2,5:2,7:3", help="k:branches pairs")
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--markdown")
+    ap.add_argument("--write-profile", nargs="?", const="", default=None,
+                    help="write the decoding profile (default: into the adapter's own folder)")
     args = ap.parse_args(argv)
     e = Engine.load(args.model)
     prompts = training_prompts(args.prompts, args.seed, "heldout")
@@ -44,7 +52,10 @@ def main(argv=None) -> int:
     ar_s = sum(x.clock for x in ar)
     rows = []
     for k, b in grid:
-        lanes = [run_alone(e, "ptp", r, {"k": k, "branches": b}) for r in reqs]
+        infos = []              # each step's info (its positions), from every lane in order
+        lanes = [run_alone(e, "ptp", r, {"k": k, "branches": b},
+                           on_step=lambda _lane, st: infos.append((st.prefill, len(st.token_ids), st.info)))
+                 for r in reqs]
         bad = [lane.error for lane in lanes if lane.error]
         if bad:
             raise SystemExit(f"ptp k={k} branches={b}: {bad[0]}")
@@ -52,10 +63,14 @@ def main(argv=None) -> int:
         toks = sum(len(x.token_ids) for x in lanes)
         passes = sum(s.forward_passes for x in lanes for s in x.steps)
         secs = sum(x.clock for x in lanes)
-        hist = Counter(s.n_tokens for x in lanes for s in x.steps[1:])      # after the prefill pass
+        decode = [(n, info) for pre, n, info in infos if not pre]         # after the prefill pass
+        hist = Counter(n for n, _ in decode)
+        widths = Counter(info["positions"] for _, info in decode)
         rows.append({"k": k, "branches": b, "tokens_per_pass": toks / passes, "tok_s": toks / secs,
                      "speedup": (toks / secs) / (ar_tok / ar_s), "mismatches": mism,
-                     "hist": dict(sorted(hist.items()))})
+                     "hist": dict(sorted(hist.items())),
+                     "decode_tokens_per_pass": sum(n for n, _ in decode) / max(1, len(decode)),
+                     "widths": dict(sorted(widths.items()))})
         print(rows[-1], flush=True)
     lines = [f"# ptp decoding parameters on this machine ({cpu_name()}, {e.device}, {e.dtype}, "
              f"{torch.get_num_threads()} threads, {datetime.date.today()})", "",
@@ -68,12 +83,38 @@ def main(argv=None) -> int:
         lines.append(f"| {r['k']} | {r['branches']} | {r['tokens_per_pass']:.2f} | {r['tok_s']:.2f} | "
                      f"{r['speedup']:.2f}× | {r['mismatches']} | "
                      + ", ".join(f"{n}: {c}" for n, c in r["hist"].items()) + " |")
+    if args.write_profile is not None:
+        lines += ["", f"Decoding profile written to {write_profile(e, args, rows, len(reqs))}."]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.markdown:
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
         Path(args.markdown).write_text(text)
     return 0
+
+
+def write_profile(engine, args, rows, n_prompts) -> Path:
+    """The decoding profile (tokens per decode pass and decode-pass widths per configuration) beside the adapter."""
+    import json
+    from paradec import ptp as P
+    from paradec.strategies.ptp import PROFILE
+    folder = Path(args.write_profile) if args.write_profile else P.adapter_for(engine).folder
+    bad = [r for r in rows if r["mismatches"]]
+    if bad:
+        raise SystemExit(f"not writing a profile: ptp differed from ar ({bad[0]['k']}:{bad[0]['branches']})")
+    doc = {"what": "ptp decoding profile: per (k, branches), tokens per decode pass (prefill pass left out) and "
+                   "how many decode passes had how many positions; held-out training prompts, greedy, batch 1",
+           "made_with": "python evals/ptp_tune.py " + " ".join(sys.argv[1:]),
+           "prompts": n_prompts, "max_new_tokens": args.max_new_tokens, "model": engine.name,
+           "dtype": str(engine.dtype).replace("torch.", ""), "date": str(datetime.date.today()),
+           "measured_on": cpu_name(),
+           "configs": [{"k": r["k"], "branches": r["branches"],
+                        "tokens_per_pass": round(r["decode_tokens_per_pass"], 4),
+                        "widths": {str(w): n for w, n in r["widths"].items()}} for r in rows]}
+    tmp = folder / (PROFILE + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(folder / PROFILE)
+    return folder / PROFILE
 
 
 if __name__ == "__main__":

@@ -211,6 +211,7 @@ class GatedAdapter(nn.Module):
         self.__dict__["_stash"] = None         # sibling linears' shared first LoRA product (see _linear_hook)
         self.__dict__["_stacks"] = {}          # their stacked parameters (see _stacked)
         self.__dict__["_fits"] = None          # (model id, name) the fit check passed for
+        self.__dict__["folder"] = None         # the folder `load` read it from (None: built in memory)
 
     # ------------------------------------------------------------------ what subclasses give
     def lora_pair(self, name: str):
@@ -429,6 +430,7 @@ class GatedAdapter(nn.Module):
             if why:
                 raise cls.refusal(cls.recorded_in(cfg), why, folder, model, name)
         ad = cls.from_files(cfg, tensors, model)
+        ad.__dict__["folder"] = folder         # where it was read from (files beside it: PTP's decoding.json)
         if device is not None:
             ad.to(device)
         return ad.eval()

@@ -61,19 +61,28 @@ def exact_attention(module, query, key, value, attention_mask, dropout: float = 
                                       **kwargs)
     g = H // KVH
     scale = scaling if scaling is not None else D ** -0.5
-    q = query.reshape(B, KVH, g * T, D).float()
-    s = torch.matmul(q, key.float().transpose(2, 3)).mul_(scale).view(B, KVH, g, T, L)
+    # scores in float32 on a CPU (MKL's products of these shapes sum a row in one order whatever the row count);
+    # on CUDA cuBLAS's kernel, and so its order, changes with the shape: float64 there, whose rounding does not
+    # survive the cast back (products of bf16 values are exact in it)
+    acc = scores_dtype(query.device)
+    q = query.reshape(B, KVH, g * T, D).to(acc)
+    s = torch.matmul(q, key.to(acc).transpose(2, 3)).mul_(scale).view(B, KVH, g, T, L)
     if attention_mask is not None:
         m = attention_mask[..., :L] if attention_mask.shape[-1] != L else attention_mask    # as eager slices it
         if m.dim() == 2:
             m = m[None, None]
         m = m.view(m.shape[0], KVH, g, T, L) if m.shape[1] == H else m[:, :, None]
-        s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s.add_(m.float())
+        s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s.add_(m.to(acc))
     p = torch.softmax(s.double(), dim=-1).view(B, KVH, g * T, L)
     # p v sums over the keys in float64: float32 GEMMs (MKL on an AMD EPYC) sum a row over 196 keys in another order
     # than over the same keys followed by zero weights; float64 sums of float32 products round back the same
     o = torch.matmul(p, value.double()).view(B, H, T, D)
     return o.to(query.dtype).transpose(1, 2).contiguous(), None
+
+
+def scores_dtype(device: torch.device) -> torch.dtype:
+    """What `exact_attention` computes q k^T in on `device`: float32 on a CPU, float64 on CUDA (and elsewhere)."""
+    return torch.float32 if device.type == "cpu" else torch.float64
 
 
 def goes_to_sdpa(rows: int, keys: int) -> bool:

@@ -182,8 +182,10 @@ class Engine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_ids), 0)
         self.vocab_size = int(model.config.vocab_size)
         self.extras: dict = {}   # attached helpers (draft model, adapters), keyed by strategy
-        from . import attention
+        from . import attention, kernels
         self.attention = attention.NAME if attention.use(model) else model.config._attn_implementation
+        if kernels.fixed_rows_wanted(self.device):
+            kernels.fixed_rows(model)           # CUDA: every product over one row count (paradec/kernels.py)
         # row-exact attention (paradec/attention.py): a causal row of a verifying pass gets a one-token pass's
         # attention numbers bit for bit
 

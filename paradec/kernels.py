@@ -1,4 +1,4 @@
-"""CPU matrix kernels for few-row passes: the weight-streaming linear.
+"""Matrix kernels for few-row passes: the weight-streaming linear (CPU), one row count per product (CUDA).
 
 A decoding pass over T new tokens multiplies a (T, in) activation by every (out, in) weight. torch's
 `F.linear` computes that as x @ W^T; on a CPU without AMX its float32 GEMM for small T packs the weight
@@ -301,7 +301,11 @@ def unpack_linears(model: nn.Module) -> None:
 
 def apply(model: nn.Module, device: torch.device, dtype: torch.dtype) -> str | None:
     """The few-row kernels that fit (device, dtype): 'streamed' for float32 on a CPU, 'packed' for bfloat16 on a
-    CPU whose torch has oneDNN's prepacked linear; None elsewhere (CUDA, MPS, float16)."""
+    CPU whose torch has oneDNN's prepacked linear, 'fixed-rows' on CUDA (`fixed_rows`); None elsewhere (MPS,
+    float16 on a CPU)."""
+    if fixed_rows_wanted(device):
+        fixed_rows(model)
+        return "fixed-rows"
     if wanted(device, dtype):
         stream_linears(model)
         return "streamed"
@@ -309,6 +313,80 @@ def apply(model: nn.Module, device: torch.device, dtype: torch.dtype) -> str | N
         pack_linears(model)
         return "packed"
     return None
+
+
+# ---------------------------------------------------------------- CUDA: every product over one row count
+
+CUDA_ROWS = 64          # rows of every product on CUDA (a 64-row pass costs 1.02-1.08 one-row passes on an H200)
+_FIXED_TAG = "_paradec_fixed_rows"
+
+
+def fixed_rows_wanted(device: torch.device) -> bool:
+    """Row-exact products on CUDA unless PARADEC_ROW_EXACT=0 (faster one-token passes, lossless only up to
+    rounding: see `fixed_rows`)."""
+    return device.type == "cuda" and os.environ.get("PARADEC_ROW_EXACT", "1") not in ("0", "false", "False")
+
+
+def fixed_rows(model: nn.Module, rows: int = CUDA_ROWS) -> int:
+    """Make `model`'s row-wise modules row-exact on CUDA (idempotent); returns how many were switched.
+
+    cuBLAS picks its GEMM kernel (tiles, split-K) by the shape, and torch's CUDA reductions their block layout by
+    the number of rows; either way a row's numbers depend on how many rows share its product. On an H200 with
+    random weights of Llama-3-8B's shape, 3 of 128 rows of a many-row pass differed from the same rows computed
+    one at a time (up to 0.098 in a logit; docs/bench/gpu-check.md), so `pld` and `lookahead` left `ar`'s tokens.
+    Here every nn.Linear and every RMSNorm-like module (class name ending in "RMSNorm") computes its input in
+    pieces of exactly `rows` rows, the last one padded with zero rows: one kernel per weight, whatever the pass,
+    so a row gets the numbers it gets alone. The rest of a decoder layer is element-wise (rotary, activation,
+    residual) or attention (paradec/attention.py: float64 on CUDA). Training (gradients) is left as it is."""
+    n = 0
+    for mod in model.modules():
+        if getattr(mod, _FIXED_TAG, False):
+            continue
+        if type(mod) is nn.Linear or (type(mod).__name__.endswith("RMSNorm") and hasattr(mod, "weight")):
+            mod.forward = _FixedRows(mod, rows)
+            setattr(mod, _FIXED_TAG, True)
+            n += 1
+    return n
+
+
+class _FixedRows:
+    """A module's forward over pieces of exactly `rows` rows (inference only; anything else as before)."""
+
+    def __init__(self, mod: nn.Module, rows: int):
+        self.mod, self.rows = mod, rows
+
+    def __deepcopy__(self, memo):
+        return _FixedRows(copy.deepcopy(self.mod, memo), self.rows)
+
+    def _one(self, x2: torch.Tensor) -> torch.Tensor:
+        mod = self.mod
+        if type(mod) is nn.Linear:
+            return F.linear(x2, mod.weight, mod.bias)
+        return type(mod).forward(mod, x2)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() or x.numel() == 0:
+            return self._one(x)
+        x2 = x.reshape(-1, x.shape[-1])
+        n, r = x2.shape[0], self.rows
+        pieces = []
+        for i in range(0, n, r):
+            piece = x2[i:i + r]
+            short = r - piece.shape[0]
+            if short:
+                piece = torch.cat([piece, piece.new_zeros(short, piece.shape[1])])
+            y = self._one(piece)
+            pieces.append(y[:r - short] if short else y)
+        y = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+        return y.view(*x.shape[:-1], y.shape[-1])
+
+
+def unfix_rows(model: nn.Module) -> None:
+    """Undo `fixed_rows`."""
+    for mod in model.modules():
+        if getattr(mod, _FIXED_TAG, False):
+            del mod.forward
+            setattr(mod, _FIXED_TAG, False)
 
 
 def available_memory() -> int | None:

@@ -200,3 +200,44 @@ def test_sibling_linears_are_stacked_and_give_the_separate_products_bit_for_bit(
     assert block.q_proj.weight.grad is not None and x.grad is not None
     kernels.unpack_linears(block)
     assert all("forward" not in m.__dict__ for m in block.modules())
+
+
+def test_fixed_rows_gives_every_row_its_own_numbers_at_any_row_count_and_keeps_training_as_it_was(monkeypatch):
+    """The CUDA plan, run here on the CPU: every nn.Linear and RMSNorm computes 64-row pieces (`fixed_rows`) and
+    attention scores are float64 (as `attention.scores_dtype` gives on CUDA), so a row's numbers do not depend on
+    how many rows share its pass; the pieces and padding change nothing else."""
+    from paradec import attention
+    from paradec.testing import random_engine
+    monkeypatch.setattr(attention, "scores_dtype", lambda device: torch.float64)
+    e = random_engine(7, hidden=96)
+    model = e.model
+    norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
+    lins = [m for m in model.modules() if type(m) is nn.Linear]
+    assert norms and lins
+    ids = torch.randint(5, 500, (1, 140), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        plain = model(ids).logits
+    assert kernels.fixed_rows(model) == len(norms) + len(lins)
+    assert kernels.fixed_rows(model) == 0                        # idempotent
+    with torch.no_grad():
+        whole = model(ids).logits                                 # 140 rows: pieces of 64, 64, 12 (+52 padding)
+        torch.testing.assert_close(whole, plain, rtol=1e-4, atol=1e-4)
+        for n in (1, 5, 64, 65):                                  # the same positions in passes of other sizes
+            part = model(ids[:, :n]).logits
+            assert torch.equal(part, whole[:, :n]), n
+        batch = model(ids[:, :9].repeat(3, 1)).logits             # a batch: rows of every sequence in the pieces
+        assert all(torch.equal(batch[b], whole[0, :9]) for b in range(3))
+    x = torch.randn(3, 96, requires_grad=True)                  # training: the plain forward, gradients flow
+    lins[0](x).sum().backward()
+    assert x.grad is not None and lins[0].weight.grad is not None
+    kernels.unfix_rows(model)
+    assert not any(getattr(m, "_paradec_fixed_rows", False) for m in model.modules())
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, plain, rtol=0, atol=0)
+
+
+def test_fixed_rows_is_the_cuda_plan_and_can_be_turned_off(monkeypatch):
+    assert kernels.fixed_rows_wanted(torch.device("cuda"))
+    assert not kernels.fixed_rows_wanted(torch.device("cpu"))
+    monkeypatch.setenv("PARADEC_ROW_EXACT", "0")
+    assert not kernels.fixed_rows_wanted(torch.device("cuda"))

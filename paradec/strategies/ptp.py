@@ -43,8 +43,15 @@ from .base import Param, Run, Strategy, register, trained_availability
 # bf16 on a CPU with AMX (a 16-token pass ~1.1x one token, packed weights): docs/bench/ptp_tune_bf16.md, 6
 # held-out prompts, the adapter of 2026-12-03 (540 steps): 3/2 1.54x ar (2.01 tokens/pass), 4/2 1.54x (2.08),
 # 2/1 and 3/1 1.51x, 5/2 1.36x, 7/3 1.31x: 3/2.
+# These constants are the fallback. When the adapter's folder holds a decoding profile (`PROFILE`, written by
+# evals/ptp_tune.py --write-profile: tokens per pass and pass widths of each (k, branches) on held-out training
+# prompts), a CPU request with k and branches on auto takes the configuration with the most tokens per second
+# that the profile's tokens per pass and THIS machine's measured pass costs predict (`plan`): on an AMD EPYC
+# without AMX a 12-position pass costs ~1.5 one-position passes, on the Xeon above ~1.1.
 CPU_K, CPU_BRANCHES = 3, 2
 CPU_FP32_K, CPU_FP32_BRANCHES = 1, 1
+PROFILE = "decoding.json"
+MIN_SHARE = 0.05         # pass widths under this share of a configuration's passes are not measured
 
 
 def choose_branches(conf: list[float], budget: int) -> list[int]:
@@ -60,6 +67,62 @@ def choose_branches(conf: list[float], budget: int) -> list[int]:
         run *= nxt
     best = sorted(range(m + 1), key=lambda j: -probs[j])[:budget]
     return sorted(best)
+
+
+def read_profile(ad) -> list[dict] | None:
+    """The decoding profile beside a loaded adapter (its folder's `PROFILE`): the configurations it measured, each
+    {"k", "branches", "tokens_per_pass", "widths": {positions: passes}} over decode passes; None when absent or
+    unreadable (the constants then apply)."""
+    import json
+    folder = getattr(ad, "folder", None)
+    if folder is None or not (folder / PROFILE).exists():
+        return None
+    try:
+        configs = json.loads((folder / PROFILE).read_text())["configs"]
+        return [c for c in configs if c["tokens_per_pass"] > 0 and c["widths"]] or None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def pick_config(configs: list[dict], cost) -> dict:
+    """The configuration with the most tokens per second predicted from its tokens per pass and `cost(width)`,
+    the seconds of a pass over that many positions: tokens_per_pass / mean pass cost over its pass widths (widths
+    under MIN_SHARE of its passes left out). Returns {"k", "branches", "tokens_per_pass", "pass_ms", "tok_s"}."""
+    best = None
+    for c in configs:
+        widths = {int(w): n for w, n in c["widths"].items()}
+        total = sum(widths.values())
+        kept = {w: n for w, n in widths.items() if n >= MIN_SHARE * total} or widths
+        mean = sum(cost(w) * n for w, n in kept.items()) / sum(kept.values())
+        row = {"k": int(c["k"]), "branches": int(c["branches"]), "tokens_per_pass": round(c["tokens_per_pass"], 3),
+               "pass_ms": round(mean * 1000, 2), "tok_s": round(c["tokens_per_pass"] / mean, 2)}
+        if best is None or row["tok_s"] > best["tok_s"]:
+            best = row
+    return best
+
+
+def plan(engine, ad) -> dict | None:
+    """(k, branches) for auto requests on this engine from the adapter's decoding profile and measured pass costs
+    (paradec/passcost.py: the passes carry the adapter's hooks, gated on about two thirds of their positions, as
+    ptp's are); chosen once per engine and adapter. None without a profile. The adapter must be attached."""
+    from .. import passcost
+    memo = engine.extras.setdefault("ptp_plans", {})
+    if id(ad) in memo:
+        return memo[id(ad)]
+    configs = read_profile(ad)
+    chosen = None
+    if configs:
+        configs = [c for c in configs if int(c["k"]) <= ad.block - 1] or configs
+        widths = set()
+        for c in configs:
+            total = sum(c["widths"].values())
+            widths |= {int(w) for w, n in c["widths"].items() if n >= MIN_SHARE * total}
+        costs = passcost.pass_costs(engine, sorted(widths), key=f"ptp-{id(ad)}",
+                                    gate=lambda w: ad.gated(max(1, w - max(1, w // 3))))
+        chosen = pick_config(configs, lambda w: passcost.cost_at(costs, w))
+        chosen["from"] = f"{PROFILE} and this machine's pass costs"
+    memo[id(ad)] = chosen
+    return chosen
 
 
 def layout(n_real: int, m: int, branches: list[int], slots: int, device=None):
@@ -92,11 +155,14 @@ class ParallelTokenPrediction(Strategy):
     title = "Parallel Token Prediction (PTP)"
     lossless = True
     params = {
-        "k": Param(0, int, 0, 64, help="drafts verified per pass (0: auto - the adapter's block - 1 on a GPU, "
-                                       f"{CPU_K} on a bf16 CPU, {CPU_FP32_K} on a float32 CPU)"),
+        "k": Param(0, int, 0, 64, help="drafts verified per pass (0: auto - the adapter's block - 1 on a GPU; on a "
+                                       "CPU, with branches also auto, the adapter's decoding profile against this "
+                                       f"machine's measured pass costs, else {CPU_K} on a bf16 CPU, {CPU_FP32_K} on "
+                                       "a float32 CPU)"),
         "branches": Param(0, int, 0, 65, help="accepted counts drafted ahead per pass (0: auto - all of them, i.e. "
-                                              f"full quadratic, on a GPU, {CPU_BRANCHES} on a bf16 CPU, "
-                                              f"{CPU_FP32_BRANCHES} on a float32 CPU; >= k+1: all)"),
+                                              "full quadratic, on a GPU; on a CPU chosen with k as above, else "
+                                              f"{CPU_BRANCHES} on a bf16 CPU, {CPU_FP32_BRANCHES} on a float32 CPU; "
+                                              ">= k+1: all)"),
         "adapter": Param("", str, help="PTP adapter folder (default: <model>/ptp, made by `train ptp`)"),
     }
 
@@ -112,8 +178,13 @@ class ParallelTokenPrediction(Strategy):
         ud = us if us is not None else UStream(request.seed)   # the u's the slots carry
         gpu = engine.device.type != "cpu"
         fp32 = engine.dtype == torch.float32
-        k = min(p["k"] or (ad.block - 1 if gpu else CPU_FP32_K if fp32 else CPU_K), ad.block - 1)
-        budget = p["branches"] or (0 if gpu else CPU_FP32_BRANCHES if fp32 else CPU_BRANCHES)
+        chosen = plan(engine, ad) if not (gpu or p["k"] or p["branches"]) else None
+        if chosen is not None:
+            k, budget = chosen["k"], chosen["branches"]
+        else:
+            k = p["k"] or (ad.block - 1 if gpu else CPU_FP32_K if fp32 else CPU_K)
+            budget = p["branches"] or (0 if gpu else CPU_FP32_BRANCHES if fp32 else CPU_BRANCHES)
+        k = min(k, ad.block - 1)
         slots = k + 1
         emb = engine.model.get_input_embeddings()
         tail, drafts, conf = list(run.ids), [], []    # uncached real tokens; drafts of the tokens after tail[-1]
@@ -139,8 +210,10 @@ class ParallelTokenPrediction(Strategy):
             v = verification.coupled(drafts, rows, sp, us, s + 1)
             j = v.accepted
             engine.crop(cache, past + len(real) - m + j)          # keep tail and d1..dj
-            step = out.step(v.tokens, forward_passes=1, drafted=m, prefill=prefill,
-                            info={"k": m, "branches": len(branches)})
+            info = {"k": m, "branches": len(branches), "positions": len(real) + len(aux_idx)}
+            if prefill and chosen is not None:
+                info["plan"] = chosen
+            step = out.step(v.tokens, forward_passes=1, drafted=m, prefill=prefill, info=info)
             step.accepted = min(j, len(step.token_ids))
             yield step
             if out.done:
