@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import copy
 import os
+import threading
 
 import torch
 from torch import nn
@@ -350,7 +351,15 @@ def fixed_rows(model: nn.Module, rows: int = CUDA_ROWS) -> int:
 
 
 class _FixedRows:
-    """A module's forward over pieces of exactly `rows` rows (inference only; anything else as before)."""
+    """A module's forward over pieces of exactly `rows` rows (inference only; anything else as before).
+
+    A short piece is copied into the first rows of a reused buffer of `rows` rows (one per thread, width, dtype and
+    device) instead of being padded by a fresh concatenation: every module does this on every pass of a GPU
+    decoding loop that is launch-bound, so a kernel launch saved per module counts. The buffer's other rows hold
+    whatever an earlier product left there: a row's output reads only its own input row, so they change nothing
+    but the rows cut off again."""
+
+    _buffers = threading.local()
 
     def __init__(self, mod: nn.Module, rows: int):
         self.mod, self.rows = mod, rows
@@ -364,6 +373,15 @@ class _FixedRows:
             return F.linear(x2, mod.weight, mod.bias)
         return type(mod).forward(mod, x2)
 
+    def _padded(self, piece: torch.Tensor) -> torch.Tensor:
+        bufs = self._buffers.__dict__.setdefault("by_shape", {})
+        key = (self.rows, piece.shape[1], piece.dtype, piece.device)
+        buf = bufs.get(key)
+        if buf is None:
+            buf = bufs[key] = piece.new_zeros(self.rows, piece.shape[1])
+        buf[:piece.shape[0]].copy_(piece)
+        return buf
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() or x.numel() == 0:
             return self._one(x)
@@ -372,11 +390,9 @@ class _FixedRows:
         pieces = []
         for i in range(0, n, r):
             piece = x2[i:i + r]
-            short = r - piece.shape[0]
-            if short:
-                piece = torch.cat([piece, piece.new_zeros(short, piece.shape[1])])
-            y = self._one(piece)
-            pieces.append(y[:r - short] if short else y)
+            m = piece.shape[0]
+            y = self._one(piece if m == r else self._padded(piece))
+            pieces.append(y if m == r else y[:m])
         y = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
         return y.view(*x.shape[:-1], y.shape[-1])
 
