@@ -14,6 +14,9 @@ costs but not real acceptance: the tokens/pass of a drafting strategy on them sa
    `ar` at batch 1 (EOS ignored) against transformers' `generate` in the same process, and `ar`'s share of the
    read-bandwidth roofline (weight bytes x tokens/s / bandwidth);
    the lossless strategies (pld, lookahead) against `ar` token for token on the GPU in bfloat16;
+   each with paradec's row-exact plan for CUDA (paradec/kernels.py `fixed_rows`, float64 attention scores) and,
+   in the same run, without it (the rows probe, the pass costs, `ar`'s speed and the token-for-token runs), so the
+   plan's effect and cost are measured side by side;
 3. last, the tests of the strategies with the random test engines on the GPU (`PARADEC_TEST_DEVICE=cuda`; the
    slow ones, which need the default model, left out): device placement and token-for-token equality there.
 
@@ -23,7 +26,8 @@ On this workplace's lent H200 (2026-12-04): the repository's tracked files are ~
 carries, so the large weights (the shipped adapters, drafts, paradec-tiny's weights, the reference database) were
 left out for the calls (`git rm --cached` them, list them in .git/info/exclude, `git reset` them afterwards; the
 tests that need them skip or fail by name), and transformers 5.23 travelled as a wheel (the image has 5.17). The
-whole check took 212 s of a 230 s call; `--parts tests` alone about 70 s.
+whole check took 212 s of a 230 s call; `--parts tests` alone about 70 s. The second check (with and without the
+row-exact plan) took 267 s of a 278 s call, the machine's start about 40 s more.
 """
 from __future__ import annotations
 

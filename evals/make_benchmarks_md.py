@@ -566,6 +566,14 @@ on held-out training prompts, not on the suites (`python evals/ptp_tune.py`):
 
 {section("ptp_tune.md") if (B / "ptp_tune.md").exists() else ""}
 {section("ptp_tune_bf16.md") if (B / "ptp_tune_bf16.md").exists() else ""}
+{section("ptp_tune_epyc.md") if (B / "ptp_tune_epyc.md").exists() else ""}
+Since 2026-12-04 `ptp` on a CPU no longer takes one fixed (k, branches): the adapter's decoding profile
+(`decoding.json` beside it, written by `evals/ptp_tune.py --write-profile` from the table above: tokens per decode
+pass and how many positions each pass had, figures of the adapter and the prompts, not of the machine) is weighed
+against pass costs measured where it runs, with the adapter's hooks on (`paradec/passcost.py`, once per process, in
+the benchmark's warm-up). On the AMD EPYC (no AMX) a 12-position pass with the hooks costs ~98 ms against ~78 ms for
+8 positions and ~58 ms for `ar`'s one, so the plan picks a narrower pass than the Xeon's 3:2: 2:1 (predicted 24.7
+tokens/s; 3:1 and 2:2 within 2%, 3:2 21.4), which the table above also measured best (1.38x `ar`, 3:2 1.07x).
 """
     return f"""**Machine**: {machine}. **Date**: {date}. The code these runs measured: row-exact attention with p·v in
 float32 and the down projection in 32-row pieces; since then p·v sums in float64 (no measurable cost on the EPYC:
@@ -623,20 +631,25 @@ def gpu_part() -> str:
     if not (B / "gpu-check.md").exists():
         return "No GPU has been lent to a session yet: `python evals/gpu_check.py` is prepared and has not run.\n"
     return section("gpu-check.md") + """
-Reading. (1) On the GPU a pass over 64 new tokens costs 1.02-1.08x a one-token pass on both shapes: verifying
-drafts is free there, as on the AMX CPU in bf16. (2) But paradec's `ar` is not near the GPU's read roofline: a pass
-reads 1.26 GB (0.6 ms at the measured copy bandwidth) or 16 GB (7.6 ms), yet takes ~20 ms / ~26 ms, whatever its
-width: the time is the Python forward's kernel launches (24 / 32 layers), not memory. transformers' `generate` pays
-the same (ar / generate 1.37 and 0.95). Reaching the GPU roofline needs captured graphs or a serving engine
-(`--engine vllm`), not this loop; the CPU figures above are where paradec's own decoding loop is measured.
-(3) Lossless on CUDA: the rows probe finds 0 of 32 rows differing on the 0.5B shape but 2 of 32 (up to 0.033 in a
-logit) on the 8B shape: cuBLAS picks other kernels for other row counts, and `kernels.row_plan` (which makes the
-linears row-exact on the CPU) is CPU-only. With a random model's near-ties that was enough: on the 8B shape `pld`
-and `lookahead` left `ar`'s tokens on 2 of 3 prompts (both at the same positions, 15 and 0 - the first token, where
-their first pass is wider than `ar`'s prefill), on the 0.5B shape `lookahead` on 1 of 3 (at token 99). On the CPU
-the benchmarks above have 0 such mismatches; on CUDA, token-for-token equality needs batch-invariant GEMMs (one
-tile and split plan whatever the row count; keeping cuBLAS's split-K reductions in float32 did not change the 3
-of 128 differing rows), not done.
+Reading (second check, 2026-12-04 18:26 UTC). (1) A pass over 64 new tokens costs about what a one-token pass does
+on both shapes (0.84-1.15x across the rows above): verifying drafts is free on the GPU. (2) paradec's `ar` is far
+from the GPU's read roofline, 2.3% (0.5B) / 25.1% (8B): a pass reads 1.26 / 16 GB (0.6 / 7.6 ms at the measured
+copy bandwidth) but takes 18-31 ms whatever its width - the Python forward's kernel launches, not memory;
+transformers' `generate` on the same model pays the same (ar / generate 1.06 / 1.02). Reaching the roofline needs
+captured graphs or a serving engine (`--engine vllm`). (3) Lossless on CUDA, now row-exact by default
+(paradec/kernels.py `fixed_rows`: every linear and RMSNorm computes pieces of exactly 64 rows, so cuBLAS and the
+norm's reduction run one kernel per weight whatever the pass; attention scores in float64 on CUDA). In the same run,
+with the plan against without it: rows probe 0 of 32 rows differing on both shapes against 0 (0.5B) and 2 of 32 (8B,
+up to 0.033 in a logit); `pld` and `lookahead` identical to `ar` on 3 of 3 prompts each on both shapes against 1 of 3
+each on the 8B shape (first differences at tokens 15 and 0) and `lookahead` 2 of 3 on the 0.5B shape (at token 99).
+The session-14 check had found the same failures without it. (4) The plan's cost, measured: `ar` 36.9-39.2 against
+53.3 tokens/s on the 0.5B shape (-28%), 32.3-33.2 against 40.3 on the 8B shape (-19%): a one-token pass pays for
+padding every product to 64 rows in a loop that is launch-bound. Those figures are of the first version (padding by
+a fresh zero block and a concatenation); the committed one copies a short piece into a reused buffer, one launch
+fewer per module, and has not been measured on a GPU (no device was lent for a second call). `PARADEC_ROW_EXACT=0`
+turns the plan off for speed over token-for-token equality. (5) The strategies' tests on CUDA: 81 passed, 2 failed,
+5 skipped; the two failures need what does not travel to the device (paradec-tiny's weights; sqlalchemy is not in
+its image).
 """
 
 

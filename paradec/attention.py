@@ -37,6 +37,11 @@ and multiplies in bf16: a prefill of 256 / 1,000 / 2,000 tokens of Qwen2.5-0.5B 
 (Intel Xeon with AMX, 2 cores). Such a prefill is the same for every strategy when its shape is; a strategy
 whose first pass appends drafts to a long prompt may then round the prompt's cache differently from `ar`.
 
+On CUDA the scores are float64 too (`scores_dtype`): cuBLAS picks its kernel, and so its summation order, by the
+shape, and float32 scores of one row then differed with the row count; with float64 and paradec/kernels.py's
+`fixed_rows` (every linear and RMSNorm over 64-row pieces) a random 8B-shaped model on an H200 gave 0 of 32 rows
+differing against 2 of 32 without (docs/bench/gpu-check.md).
+
 `use(model)` switches a loaded transformers model to it (registered as attention implementation "paradec-exact",
 with eager's additive masks).
 """

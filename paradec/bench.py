@@ -281,7 +281,8 @@ def code_scores(item: BenchItem, lane) -> dict | None:
     return quality.code_checks(lane.text, item.tests if len(item.turns) == 1 else None)
 
 
-LANE_FACTS = ("route", "p_list", "points", "fallback")   # what SoT and SoT-R say about how they answered
+LANE_FACTS = ("route", "p_list", "points", "fallback",   # what SoT and SoT-R say about how they answered
+              "plan")                                    # ptp: the (k, branches) it chose from measured pass costs
 
 
 def result_row(lane, request: Request, *, item_key, category: str, strategy: str | None = None, repeat: int = 0,

@@ -91,5 +91,9 @@ def test_ptp_on_auto_takes_the_profiles_configuration_measured_here_and_stays_lo
     ar = [t for s in get("ar").stream(e, Request(**req)) for t in s.token_ids]
     assert [t for s in steps for t in s.token_ids] == ar
     assert plan(e, loaded) is chosen                       # chosen once per engine and adapter
+    from paradec.bench import result_row
+    from paradec.race import run_alone
+    row = result_row(run_alone(e, "ptp", Request(**req)), Request(**req), item_key="x", category="c")
+    assert row["meta"]["plan"] == chosen                   # a benchmark stores what it chose
     fixed = list(get("ptp").stream(e, Request(**req, params={"k": 1})))
     assert "plan" not in fixed[0].info and all(s.info["k"] <= 1 for s in fixed)   # explicit k: no plan
