@@ -211,10 +211,11 @@ def test_fixed_rows_gives_every_row_its_own_numbers_at_any_row_count_and_keeps_t
     monkeypatch.setattr(attention, "scores_dtype", lambda device: torch.float64)
     e = random_engine(7, hidden=96)
     model = e.model
+    kernels.unfix_rows(model)                 # (an engine on CUDA has the plan already: start without it)
     norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
     lins = [m for m in model.modules() if type(m) is nn.Linear]
     assert norms and lins
-    ids = torch.randint(5, 500, (1, 140), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(5, 500, (1, 140), generator=torch.Generator().manual_seed(1)).to(e.device)
     with torch.no_grad():
         plain = model(ids).logits
     assert kernels.fixed_rows(model) == len(norms) + len(lins)
@@ -227,7 +228,7 @@ def test_fixed_rows_gives_every_row_its_own_numbers_at_any_row_count_and_keeps_t
             assert torch.equal(part, whole[:, :n]), n
         batch = model(ids[:, :9].repeat(3, 1)).logits             # a batch: rows of every sequence in the pieces
         assert all(torch.equal(batch[b], whole[0, :9]) for b in range(3))
-    x = torch.randn(3, 96, requires_grad=True)                  # training: the plain forward, gradients flow
+    x = torch.randn(3, 96, device=e.device, requires_grad=True)  # training: the plain forward, gradients flow
     lins[0](x).sum().backward()
     assert x.grad is not None and lins[0].weight.grad is not None
     kernels.unfix_rows(model)

@@ -67,6 +67,8 @@ def test_pick_config_weighs_tokens_per_pass_against_the_pass_costs():
 
 def test_ptp_on_auto_takes_the_profiles_configuration_measured_here_and_stays_lossless(tmp_path):
     e = random_engine(0)
+    if e.device.type != "cpu":
+        pytest.skip("ptp plans its passes on a CPU only (a GPU takes every branch)")
     torch.manual_seed(0)
     ad = P.PTPAdapter.for_model(e.model, rank=4, block=6)
     with torch.no_grad():
