@@ -302,11 +302,8 @@ def unpack_linears(model: nn.Module) -> None:
 
 def apply(model: nn.Module, device: torch.device, dtype: torch.dtype) -> str | None:
     """The few-row kernels that fit (device, dtype): 'streamed' for float32 on a CPU, 'packed' for bfloat16 on a
-    CPU whose torch has oneDNN's prepacked linear, 'fixed-rows' on CUDA (`fixed_rows`); None elsewhere (MPS,
-    float16 on a CPU)."""
-    if fixed_rows_wanted(device):
-        fixed_rows(model)
-        return "fixed-rows"
+    CPU whose torch has oneDNN's prepacked linear; None elsewhere (CUDA, MPS, float16). On CUDA the `Engine`
+    makes its model row-exact instead (`fixed_rows`), whichever way the model was loaded."""
     if wanted(device, dtype):
         stream_linears(model)
         return "streamed"

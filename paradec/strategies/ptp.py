@@ -84,15 +84,20 @@ def read_profile(ad) -> list[dict] | None:
         return None
 
 
+def kept_widths(config: dict) -> dict[int, int]:
+    """{positions: passes} of a profile configuration, widths under MIN_SHARE of its passes left out."""
+    widths = {int(w): n for w, n in config["widths"].items()}
+    total = sum(widths.values())
+    return {w: n for w, n in widths.items() if n >= MIN_SHARE * total} or widths
+
+
 def pick_config(configs: list[dict], cost) -> dict:
     """The configuration with the most tokens per second predicted from its tokens per pass and `cost(width)`,
     the seconds of a pass over that many positions: tokens_per_pass / mean pass cost over its pass widths (widths
     under MIN_SHARE of its passes left out). Returns {"k", "branches", "tokens_per_pass", "pass_ms", "tok_s"}."""
     best = None
     for c in configs:
-        widths = {int(w): n for w, n in c["widths"].items()}
-        total = sum(widths.values())
-        kept = {w: n for w, n in widths.items() if n >= MIN_SHARE * total} or widths
+        kept = kept_widths(c)
         mean = sum(cost(w) * n for w, n in kept.items()) / sum(kept.values())
         row = {"k": int(c["k"]), "branches": int(c["branches"]), "tokens_per_pass": round(c["tokens_per_pass"], 3),
                "pass_ms": round(mean * 1000, 2), "tok_s": round(c["tokens_per_pass"] / mean, 2)}
@@ -113,11 +118,8 @@ def plan(engine, ad) -> dict | None:
     chosen = None
     if configs:
         configs = [c for c in configs if int(c["k"]) <= ad.block - 1] or configs
-        widths = set()
-        for c in configs:
-            total = sum(c["widths"].values())
-            widths |= {int(w) for w, n in c["widths"].items() if n >= MIN_SHARE * total}
-        costs = passcost.pass_costs(engine, sorted(widths), key=f"ptp-{id(ad)}",
+        widths = sorted({w for c in configs for w in kept_widths(c)})
+        costs = passcost.pass_costs(engine, widths, key=f"ptp-{id(ad)}",
                                     gate=lambda w: ad.gated(max(1, w - max(1, w // 3))))
         chosen = pick_config(configs, lambda w: passcost.cost_at(costs, w))
         chosen["from"] = f"{PROFILE} and this machine's pass costs"
