@@ -186,6 +186,8 @@ class Engine:
         self.attention = attention.NAME if attention.use(model) else model.config._attn_implementation
         if kernels.fixed_rows_wanted(self.device):
             kernels.fixed_rows(model)           # CUDA: every product over one row count (paradec/kernels.py)
+        from . import fastpath
+        self.fast = fastpath.supports(model)    # transformers' pass without its per-call machinery, bit for bit
         # row-exact attention (paradec/attention.py): a causal row of a verifying pass gets a one-token pass's
         # attention numbers bit for bit
 
@@ -261,6 +263,11 @@ class Engine:
                                     torch.cat([v[i:i + 1, :, s:] for i, s in enumerate(starts)], dim=-2))
                                    for k, v in self.cache_kv(cache)])
 
+    @property
+    def lean(self) -> bool:
+        """Whether `forward` runs paradec/fastpath.py's pass (a caller may have switched the attention since)."""
+        return self.fast and self.model.config._attn_implementation == self.attention
+
     @torch.inference_mode()
     def forward(self, ids, cache=None, positions=None, mask=None, logits_to_keep: int = 0, embeds=None,
                 upcast: bool = True):
@@ -280,9 +287,13 @@ class Engine:
             positions = torch.as_tensor(positions, device=self.device)
             if positions.dim() == 1:
                 positions = positions.unsqueeze(0)
-        out = self.model(input_ids=ids, inputs_embeds=embeds, past_key_values=cache, position_ids=positions,
-                         attention_mask=mask, use_cache=cache is not None, logits_to_keep=logits_to_keep)
-        return out.logits.float() if upcast else out.logits
+        if self.lean:
+            from . import fastpath
+            logits = fastpath.forward(self.model, ids, embeds, cache, positions, mask, logits_to_keep)
+        else:
+            logits = self.model(input_ids=ids, inputs_embeds=embeds, past_key_values=cache, position_ids=positions,
+                                attention_mask=mask, use_cache=cache is not None, logits_to_keep=logits_to_keep).logits
+        return logits.float() if upcast else logits
 
     def tree_mask(self, past_len: int, allowed: torch.Tensor, batch: int = 1) -> torch.Tensor:
         """Additive 4-D mask for T new tokens that see the whole cache plus `allowed` (T, T) among themselves."""
@@ -351,4 +362,5 @@ class Engine:
         return {"model": self.name, "device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
                 "torch": torch.__version__, "transformers": transformers.__version__,
                 "context_length": self.context_length, "attention": self.attention,
+                "forward": "paradec.fastpath" if self.lean else "transformers",
                 "parameters": sum(p.numel() for p in self.model.parameters())}

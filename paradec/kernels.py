@@ -222,14 +222,14 @@ class _Group:
         return _Group([copy.deepcopy(m, memo) for m in self.mods])
 
     def output(self, i: int, x: torch.Tensor) -> torch.Tensor:
-        mods = self.mods
-        if not _packable(x, mods):
-            return F.linear(x, mods[i].weight, mods[i].bias)
-        if self.x is x and self.outs[i] is not None:
+        if self.x is x and self.outs[i] is not None:      # stashed by a sibling from this very input
             y, self.outs[i] = self.outs[i], None
             if all(o is None for o in self.outs):
                 self.x = self.outs = None
             return y
+        mods = self.mods
+        if not _packable(x, mods):
+            return F.linear(x, mods[i].weight, mods[i].bias)
         tag = tuple((t.data_ptr(), t._version) for m in mods for t in (m.weight, m.bias) if t is not None)
         if tag != self.tag:
             self.packed = None                      # free the old copy before making the new one
