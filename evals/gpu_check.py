@@ -181,14 +181,19 @@ def check_shape(label: str, cfg, device: torch.device, tok, tokens: int, bandwid
         run_alone(engine, s, warm)
     speed = {}
     plan = res["row_exact_plan"]
+    fast = engine.fast
     runs = [("ar", "ar"), ("hf-generate", "hf-generate"), ("ar", "ar")]
     if plan:
         runs.append(("ar", "ar without the plan"))
+    if engine.fast:
+        runs.append(("ar", "ar through transformers' forward"))   # paradec/fastpath.py's share
     for s, label_s in runs:
         if label_s.endswith("without the plan"):
             row_exact(model, False)
             run_alone(engine, s, warm)
+        engine.fast = not label_s.endswith("transformers' forward")
         lane = run_alone(engine, s, req)
+        engine.fast = fast
         if label_s.endswith("without the plan"):
             row_exact(model, True)
         if lane.error:
@@ -349,6 +354,10 @@ def markdown(info: dict) -> str:
             wo = sp.get("ar without the plan", {}).get("tokens_per_s")
             if wo:
                 L.append(f"`ar` without the row-exact plan: {' / '.join(map(str, wo))} tokens/s (the plan's cost).")
+            tf = sp.get("ar through transformers' forward", {}).get("tokens_per_s")
+            if tf:
+                L.append(f"`ar` through transformers' own forward instead of paradec/fastpath.py: "
+                         f"{' / '.join(map(str, tf))} tokens/s.")
         else:
             L += ["", f"`ar`: {sp.get('ar')}"]
         for key, how in (("lossless", ""), ("lossless_without_plan", " without the row-exact plan")):
