@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from paradec import fastpath
+from paradec import fastpath, kernels
 from paradec.engine import Engine
 from paradec.testing import tokenizer_dir
 
@@ -114,3 +114,17 @@ def test_what_it_does_not_know_goes_through_transformers(monkeypatch):
     e.model.set_attn_implementation("paradec-exact")
     e.model.config.model_type = "gemma"                                         # an architecture it was not checked on
     assert not fastpath.supports(e.model)
+
+
+@pytest.mark.skipif(not kernels.packing_available(), reason="torch without oneDNN's packed linears")
+def test_packed_and_stacked_weights_equal_transformers():
+    """The default model runs with packed bf16 weights, q/k/v and gate/up stacked (paradec/kernels.py): the lean pass
+    calls the siblings in transformers' order, so the stacked product is shared the same way."""
+    e = engine()
+    assert kernels.pack_linears(e.model) > 0
+    ca, cb = e.new_cache(), e.new_cache()
+    assert torch.equal(e.forward(PROMPT, ca), hf(e, PROMPT, cb))
+    for tok in (5, 6, 7):
+        assert torch.equal(e.forward([tok], ca, logits_to_keep=1), hf(e, [tok], cb, keep=1))
+    assert torch.equal(e.forward([8, 9, 10], ca, logits_to_keep=3), hf(e, [8, 9, 10], cb, keep=3))
+    assert same_cache(ca, cb)
