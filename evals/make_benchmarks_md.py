@@ -572,8 +572,12 @@ Since 2026-12-04 `ptp` on a CPU no longer takes one fixed (k, branches): the ada
 pass and how many positions each pass had, figures of the adapter and the prompts, not of the machine) is weighed
 against pass costs measured where it runs, with the adapter's hooks on (`paradec/passcost.py`, once per process, in
 the benchmark's warm-up). On the AMD EPYC (no AMX) a 12-position pass with the hooks costs ~98 ms against ~78 ms for
-8 positions and ~58 ms for `ar`'s one, so the plan picks a narrower pass than the Xeon's 3:2: 2:1 (predicted 24.7
-tokens/s; 3:1 and 2:2 within 2%, 3:2 21.4), which the table above also measured best (1.38x `ar`, 3:2 1.07x).
+8 positions and ~58 ms for `ar`'s one, so the plan picks a narrower pass than the Xeon's 3:2: 2:1, which the EPYC
+table above also measured best (1.41x `ar`; 3:2 1.19x).
+
+The adapter was replaced at 21:23 UTC on 2026-12-04 by a continuation at lr 1e-4 on 546 prompts (its card: held-out
+greedy tokens per pass 1.98 -> 2.11 on the same 12 rows). The EPYC benchmark table above (21:40 UTC) and the EPYC
+tune ran it; the Xeon table and the Xeon tunes ran the adapters before it.
 """
     return f"""**Machine**: {machine}. **Date**: {date}. The code these runs measured: row-exact attention with p·v in
 float32 and the down projection in 32-row pieces; since then p·v sums in float64 (no measurable cost on the EPYC:
