@@ -265,8 +265,13 @@ class Engine:
 
     @property
     def lean(self) -> bool:
-        """Whether `forward` runs paradec/fastpath.py's pass (a caller may have switched the attention since)."""
-        return self.fast and self.model.config._attn_implementation == self.attention
+        """Whether `forward` runs paradec/fastpath.py's pass: not when a caller has switched the attention since, nor
+        while a hook sits on the model or its decoder module, which the lean pass does not call (it calls every module
+        inside them, so hooks there still act)."""
+        m = self.model
+        return (self.fast and m.config._attn_implementation == self.attention
+                and not (m._forward_hooks or m._forward_pre_hooks or m.model._forward_hooks
+                         or m.model._forward_pre_hooks))
 
     @torch.inference_mode()
     def forward(self, ids, cache=None, positions=None, mask=None, logits_to_keep: int = 0, embeds=None,

@@ -128,3 +128,21 @@ def test_packed_and_stacked_weights_equal_transformers():
         assert torch.equal(e.forward([tok], ca, logits_to_keep=1), hf(e, [tok], cb, keep=1))
     assert torch.equal(e.forward([8, 9, 10], ca, logits_to_keep=3), hf(e, [8, 9, 10], cb, keep=3))
     assert same_cache(ca, cb)
+
+
+def test_a_hook_on_the_whole_model_still_fires():
+    """The lean pass does not call the model or its decoder module, so while a hook sits on either the engine goes
+    through transformers' forward (a pass counter on the model counts every pass)."""
+    e = engine()
+    calls = []
+    assert e.lean
+    h = e.model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        assert not e.lean
+        c = e.new_cache()
+        e.forward(PROMPT, c)
+        e.forward([5], c, logits_to_keep=1)
+        assert len(calls) == 2
+    finally:
+        h.remove()
+    assert e.lean
