@@ -191,7 +191,7 @@ def check_shape(label: str, cfg, device: torch.device, tok, tokens: int, bandwid
         if label_s.endswith("without the plan"):
             row_exact(model, False)
             run_alone(engine, s, warm)
-        engine.fast = not label_s.endswith("transformers' forward")
+        engine.fast = fast and not label_s.endswith("transformers' forward")
         lane = run_alone(engine, s, req)
         engine.fast = fast
         if label_s.endswith("without the plan"):

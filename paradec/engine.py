@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from . import fastpath
+
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "data" / "models"
 DEFAULT_NAME = "qwen2.5-coder-0.5b-instruct"     # provisioned offline by paradec.provision (git-ignored folder)
@@ -186,7 +188,6 @@ class Engine:
         self.attention = attention.NAME if attention.use(model) else model.config._attn_implementation
         if kernels.fixed_rows_wanted(self.device):
             kernels.fixed_rows(model)           # CUDA: every product over one row count (paradec/kernels.py)
-        from . import fastpath
         self.fast = fastpath.supports(model)    # transformers' pass without its per-call machinery, bit for bit
         # row-exact attention (paradec/attention.py): a causal row of a verifying pass gets a one-token pass's
         # attention numbers bit for bit
@@ -293,7 +294,6 @@ class Engine:
             if positions.dim() == 1:
                 positions = positions.unsqueeze(0)
         if self.lean:
-            from . import fastpath
             logits = fastpath.forward(self.model, ids, embeds, cache, positions, mask, logits_to_keep)
         else:
             logits = self.model(input_ids=ids, inputs_embeds=embeds, past_key_values=cache, position_ids=positions,

@@ -333,7 +333,7 @@ def fixed_rows(model: nn.Module, rows: int = CUDA_ROWS) -> int:
     random weights of Llama-3-8B's shape, 3 of 128 rows of a many-row pass differed from the same rows computed
     one at a time (up to 0.098 in a logit; docs/bench/gpu-check.md), so `pld` and `lookahead` left `ar`'s tokens.
     Here every nn.Linear and every RMSNorm-like module (class name ending in "RMSNorm") computes its input in
-    pieces of exactly `rows` rows, the last one padded with zero rows: one kernel per weight, whatever the pass,
+    pieces of exactly `rows` rows, the last one padded to `rows` (`_FixedRows`): one kernel per weight, whatever the pass,
     so a row gets the numbers it gets alone. The rest of a decoder layer is element-wise (rotary, activation,
     residual) or attention (paradec/attention.py: float64 on CUDA). Training (gradients) is left as it is."""
     n = 0
