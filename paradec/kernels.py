@@ -212,11 +212,13 @@ class _Group:
 
     The first sibling called with an input computes every sibling's output; the others take theirs when called
     with that same tensor (the parent passes one tensor to all of them), and the stash is dropped once each has
-    taken its part. A sibling called with another input, or outside bf16 inference, computes its own product."""
+    taken its part. A sibling called with another input, or outside bf16 inference, computes its own product.
+    While the stash lives, `whole` is the stacked product (the siblings' outputs are views of it), so a gated
+    adapter can add a group's deltas into it once (paradec/adapters.py)."""
 
     def __init__(self, mods: list[nn.Linear]):
         self.mods, self.tag, self.packed, self.bias, self.sizes = mods, None, None, None, None
-        self.x, self.outs = None, None           # (a deep copy builds this from modules not yet filled in)
+        self.x, self.outs, self.whole = None, None, None   # (a deep copy builds this from modules not yet filled in)
 
     def __deepcopy__(self, memo):
         return _Group([copy.deepcopy(m, memo) for m in self.mods])
@@ -225,7 +227,7 @@ class _Group:
         if self.x is x and self.outs[i] is not None:      # stashed by a sibling from this very input
             y, self.outs[i] = self.outs[i], None
             if all(o is None for o in self.outs):
-                self.x = self.outs = None
+                self.x = self.outs = self.whole = None
             return y
         mods = self.mods
         if not _packable(x, mods):
@@ -239,10 +241,32 @@ class _Group:
             self.tag = tag
         y = packed_product(x.reshape(-1, x.shape[-1]), self.packed, self.bias,
                            row_plan(sum(self.sizes), x.shape[-1]))
-        outs = list(y.view(*x.shape[:-1], y.shape[-1]).split(self.sizes, -1))
+        whole = y.view(*x.shape[:-1], y.shape[-1])
+        outs = list(whole.split(self.sizes, -1))
         mine, outs[i] = outs[i], None
-        self.x, self.outs = x, outs
+        self.x, self.outs, self.whole = x, outs, whole
         return mine
+
+
+def stacked_output(mods, x: torch.Tensor) -> torch.Tensor | None:
+    """The stacked product the `_Group` of `mods` (exactly its members, in order) holds for input `x` while its
+    stash lives, None otherwise: the members' outputs for `x` are views of it, so adding to it in place adds
+    to all of them, the outputs still to be taken included."""
+    g = getattr(getattr(mods[0], "forward", None), "group", None)
+    if (not isinstance(g, _Group) or g.x is not x or g.whole is None or len(g.mods) != len(mods)
+            or any(a is not b for a, b in zip(g.mods, mods))):
+        return None
+    return g.whole
+
+
+def linear_packed(x2: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    """x2 (rows, in) bf16 through a packed weight (`pack`), no bias, in one oneDNN call."""
+    return torch.ops.mkldnn._linear_pointwise(x2, packed, None, "none", [], "")
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """A bf16 (out, in) weight in oneDNN's layout, for `packed_product`."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(torch.bfloat16).contiguous(), 1)
 
 
 class _Sibling:

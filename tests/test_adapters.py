@@ -260,3 +260,42 @@ def test_a_copied_folder_is_cached_by_path(tmp_path):
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     a, b = FocusAdapter.find(e, tmp_path / "a"), FocusAdapter.find(e, tmp_path / "b")
     assert a is not b and FocusAdapter.find(e, str(tmp_path / "a")) is a
+
+
+@pytest.mark.skipif(not __import__("paradec.kernels").kernels.packing_available(),
+                    reason="torch without oneDNN's packed linears")
+@pytest.mark.parametrize("stack", [True, False])
+@pytest.mark.parametrize("cls", KINDS)
+def test_bf16_groups_take_one_packed_pair_and_add_once_into_the_stacked_product(cls, stack, monkeypatch):
+    """bf16 on a CPU: a sibling group's deltas come from one packed first product and one block-diagonal second
+    product; with the model's siblings stacked (kernels._Group) they are added once, into the stacked output.
+    Either way the gated rows get each linear's own delta (the per-linear training path, within bf16 rounding)
+    and the others the base model's outputs bit for bit."""
+    from paradec import kernels
+    e = random_engine(0)
+    e.model.to(torch.bfloat16)
+    kernels.pack_linears(e.model, stack=stack)
+    ids = e.tokenizer("def f(x):\n    return x + 1")["input_ids"]
+    ad = made_for(cls, e, std=0.2)
+    if cls is FocusAdapter and not ad.rank:
+        pytest.skip("full-rank focus deltas have no pairs")
+    n = len(ids)
+    whole_adds = []
+    real = kernels.stacked_output
+    monkeypatch.setattr(kernels, "stacked_output", lambda mods, x: whole_adds.append((len(mods), real(mods, x))) or whole_adds[-1][1])
+    ad.attach(e.model)
+    with ad.gated(torch.tensor([0] * (n - 3) + [1] * 3, dtype=torch.bool)):      # a suffix: a tail gate
+        fast = e.forward(ids)
+        assert {len(m) for m in ad._packs} == {1, 2, 3} and not ad._stacks      # o and down alone
+        with torch.enable_grad():                                 # the per-linear path (F.linear, float32 deltas)
+            slow = e.model(input_ids=torch.tensor([ids])).logits.float()
+    ad.detach()
+    base = e.forward(ids)
+    v = base.shape[-1]
+    groups = [w for k, w in whole_adds if k > 1]          # q/k/v and gate/up (o and down are alone: never stacked)
+    assert groups and all((w is not None) == stack for w in groups)
+    assert all(w is None for k, w in whole_adds if k == 1)
+    assert torch.equal(fast[0, :n - 3, :v], base[0, :n - 3])
+    err = (fast[0, -3:, :v] - slow.detach()[0, -3:, :v]).abs().max()
+    moved = (slow.detach()[0, -3:, :v] - base[0, -3:]).abs().max()
+    assert moved > 0.05 and err < 0.1 * moved, (float(err), float(moved))
