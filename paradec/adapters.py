@@ -279,7 +279,10 @@ class GatedAdapter(nn.Module):
             raise AdapterError(f"this {self.WHAT} does not fit the model: it has no module {missing[0]}")
         groups = self._sibling_groups()
         self.__dict__["_mods"] = {n: mods[n] for n in self.names}
-        self._packs.clear()
+        for members, hit in list(self._packs.items()):      # kept across generations while its parameters are
+            now = [t for n in members for t in self.lora_pair(n)[:2]]           # the very tensors it was built from
+            if len(now) != len(hit[4]) or any(a is not b for a, b in zip(now, hit[4])):
+                del self._packs[members]
         for n in self.names:
             self._handles.append(mods[n].register_forward_hook(self._linear_hook(n, groups.get(n))))
         for mod, hook in self.extra_hooks(model):
@@ -362,8 +365,7 @@ class GatedAdapter(nn.Module):
 
     def _packed_pair(self, members: tuple):
         """(packed [A_1; A_2; ...], packed block-diagonal [scale_i B_i], each member's output columns), bf16,
-        rebuilt whenever a parameter changes in place (its version) and whenever `attach` runs (the parameters it
-        was built from are then looked up again)."""
+        rebuilt whenever a parameter changes in place (its version) or, checked by `attach`, is another tensor."""
         hit = self._packs.get(members)
         if hit is not None and all(p._version == v for p, v in zip(hit[4], hit[5])):
             return hit[1], hit[2], hit[3]
