@@ -2,6 +2,14 @@
 verifying drafted tokens is nearly free (memory-bound) or costs T times a token (compute-bound).
 
     python evals/forward_cost.py [--model M] [--dtype auto] [--context 200] [--tokens 1,4,11,16,32,64]
+    python evals/forward_cost.py --ceiling [--rounds 3]
+
+--ceiling asks how close to the read-bandwidth roofline (paradec/roofline.py) a one-token pass can get on this
+machine with the kernels the engine uses: in one process, interleaved rounds of (a) the bandwidth probe `bench`
+uses, (b) a whole one-token pass with a cached context, (c) the model's linear layers alone, each called once in
+the model's order on one row (their packed / stacked forwards, as in a pass; siblings share one input as they
+do in a pass). (c) is a floor for a pass (every weight byte a token reads goes through a linear, the input
+embedding's one row aside), so bytes ÷ (c) is the best fraction of the roofline these kernels allow.
 """
 from __future__ import annotations
 
@@ -23,6 +31,9 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=200)
     ap.add_argument("--tokens", default="1,2,4,5,8,11,16,32,64")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--ceiling", action="store_true",
+                    help="the roofline fraction a one-token pass reaches against its linear layers alone (see above)")
+    ap.add_argument("--rounds", type=int, default=3, help="--ceiling: interleaved rounds")
     ap.add_argument("--compare", action="store_true",
                     help="also measure with torch's F.linear (paradec.kernels switched off) and print a Markdown table")
     args = ap.parse_args(argv)
@@ -33,6 +44,8 @@ def main(argv=None) -> int:
     e.forward(ctx, cache, logits_to_keep=1)
     if args.compare:
         return compare(args, e, cache, g)
+    if args.ceiling:
+        return ceiling(args, e, cache, g)
     costs = curve(e, cache, args.context, [int(x) for x in args.tokens.split(",")], args.repeats, g)
     print_table(f"--dtype {args.dtype}", e, args, [("", costs)])
     return 0
@@ -83,6 +96,61 @@ def compare(args, e, cache, g) -> int:
     plain = curve(e, cache, args.context, tokens, args.repeats, g)
     kernels.stream_linears(e.model)
     print_table("--compare", e, args, [("F.linear", plain), ("paradec (W @ xᵀ)", fast)])
+    return 0
+
+
+def linears_alone(e, repeats: int) -> float:
+    """Best-of-`repeats` seconds of every nn.Linear of the model (the LM head included) called once on one row, in
+    the model's order; siblings of one parent (kernels.SIBLINGS) get one shared input tensor, as in a pass."""
+    from paradec.kernels import SIBLINGS
+    mods = [(n, m) for n, m in e.model.named_modules() if isinstance(m, torch.nn.Linear)]
+    sib = {s for group in SIBLINGS for s in group}
+    inputs, shared = [], {}
+    for n, m in mods:
+        parent, last = n.rsplit(".", 1) if "." in n else ("", n)
+        k = (parent, next((g for g in SIBLINGS if last in g), None)) if last in sib else None
+        if k is not None and k in shared:
+            x = shared[k]
+        else:
+            x = torch.randn(1, 1, m.in_features, dtype=m.weight.dtype, device=m.weight.device)
+            if k is not None:
+                shared[k] = x
+        inputs.append((m, x))
+    best = float("inf")
+    with torch.inference_mode():
+        for _ in range(repeats):
+            e.sync()
+            t0 = time.perf_counter()
+            for m, x in inputs:
+                m(x)
+            e.sync()
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def ceiling(args, e, cache, g) -> int:
+    """Interleaved rounds of the bandwidth probe, a one-token pass and the linears alone; a Markdown table."""
+    import datetime as dt
+    from paradec import roofline
+    w = roofline.weight_bytes_per_token(e.model)
+    kv = roofline.kv_bytes_per_token(e.model.config, args.context, next(e.model.parameters()).element_size())
+    per_token = w + kv
+    where = cpu_name() if e.device.type == "cpu" else str(e.device)
+    print(f"`python evals/forward_cost.py --ceiling` ({dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {where}, "
+          f"{torch.get_num_threads()} threads; {e.name} in {str(e.dtype).replace('torch.', '')} on {e.device}, "
+          f"context {args.context}; a token reads {w / 1e6:.0f} MB of weights + {kv / 1e6:.1f} MB of KV; "
+          f"best of {args.repeats} per round):")
+    print()
+    print("| round | probe GB/s | roofline ms/token | one-token pass ms | pass ÷ roofline | linears alone ms "
+          "| linears' GB/s | linears ÷ roofline (best a pass could reach) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in range(args.rounds):
+        bw = roofline.read_bandwidth(e.device)
+        roof = per_token / (bw * 1e9)
+        one = curve(e, cache, args.context, [1], args.repeats, g)[1]
+        lin = linears_alone(e, args.repeats)
+        print(f"| {r + 1} | {bw:.1f} | {roof * 1e3:.1f} | {one * 1e3:.1f} | {roof / one:.0%} | {lin * 1e3:.1f} "
+              f"| {w / lin / 1e9:.1f} | {roof / lin:.0%} |", flush=True)
     return 0
 
 
