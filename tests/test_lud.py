@@ -150,6 +150,30 @@ def test_resume_from_checkpoint(eng, tmp_path):
     assert s["steps_done"] == 3 and [h["step"] for h in s["history"]] == [1, 2, 3]
 
 
+def test_init_continues_from_earlier_parameters_and_the_card_says_so(eng, tmp_path):
+    """--init starts a run from parameters already trained (same k, rank, targets): the first step's parameters
+    are theirs, the card names where they came from, and a different structure is refused."""
+    from paradec.lud import LUDAdapter
+    cfg = T.LUDTrainConfig(steps=2, batch=1, window=48, cuts=8, greedy=0, max_docs=2, ckpt_every=1, warmup=1)
+    T.train_lud(eng, cfg, tmp_path / "a", log=lambda m: None, progress=False)
+    eng.extras.pop("lud", None)
+    first = LUDAdapter.load(tmp_path / "a", eng.model)
+    cfg2 = T.LUDTrainConfig(steps=1, batch=1, window=48, cuts=8, greedy=0, max_docs=2, ckpt_every=1, warmup=1,
+                            lr=0.0, init=str(tmp_path / "a"))                  # lr 0: the step changes nothing
+    s = T.train_lud(eng, cfg2, tmp_path / "b", log=lambda m: None, progress=False)
+    eng.extras.pop("lud", None)
+    again = LUDAdapter.load(tmp_path / "b", eng.model)
+    for k, v in first.state_dict().items():
+        assert torch.equal(v, again.state_dict()[k]), k
+    assert s["init"]["steps"] == 2 and s["init"]["folder"] == str(tmp_path / "a")
+    assert "started from the parameters then in" in (tmp_path / "b" / "README.md").read_text()
+    with pytest.raises(SystemExit, match="same --k, --rank"):
+        T.train_lud(eng, T.LUDTrainConfig(steps=1, batch=1, window=48, cuts=8, greedy=0, max_docs=2, rank=2,
+                                          init=str(tmp_path / "a")), tmp_path / "c", log=lambda m: None,
+                    progress=False)
+    eng.extras.pop("lud", None)
+
+
 # ------------------------------------------------------------------ strategy
 
 def test_unavailable_without_parameters(eng):

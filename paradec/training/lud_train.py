@@ -84,6 +84,8 @@ class LUDTrainConfig:
     data: str = "corpus"        # "corpus" (stdlib text + greedy answers) or "teacher" (the target's answers)
     eval_every: int = 0         # held-out acceptance figures every n steps (teacher data; 0 = at the end only)
     eval_rows: int = 8          # held-out greedy answers for the figures taken during training
+    prompts: int = 288          # training prompts the teacher answers (--data teacher; the cache answers new ones only)
+    init: str = ""              # start from the LUD parameters in this folder (same k, rank and targets)
 
 
 # ---------------------------------------------------------------- labels
@@ -357,7 +359,7 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
     data = torch.load(data_file, weights_only=False) if data_file.exists() and cfg.data != "teacher" else {}
     if cfg.data == "teacher":
         from . import teacher as TCH
-        ans = TCH.answers(engine)          # cached: made once per target, shared with train ptp / draft
+        ans = TCH.answers(engine, cfg.prompts)   # cached: made once per target, shared with train ptp / draft
         data = {"streams": None, "greedy": [(r["prompt"], r["completion"]) for r in ans.rows]}
         held = [r for r in ans.held if r["greedy"]]
         log(f"data: {len(data['greedy'])} teacher answers ({ans.description}); {len(held)} held-out greedy answers")
@@ -377,6 +379,9 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
     if saved is not None:
         rng.setstate(saved["rng"])
         state = saved["state"]
+    elif cfg.init:                          # a resumed run keeps the record of what it started from in its state
+        state["init"] = init_from(adapter, Path(cfg.init), model)
+        log(f"started from {cfg.init} ({state['init']['steps']} steps)")
     n_params = sum(p.numel() for p in adapter.parameters())
     log(f"LUD adapter: {n_params / 1e6:.2f}M parameters, k={cfg.k}, alpha={cfg.alpha}, {cfg.steps} steps")
     adapter.train()
@@ -436,6 +441,7 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
     summary = {"config": asdict(cfg), "history": state["history"], "steps_done": state["step"],
                "curve": state.get("curve", []), "heldout": heldout, "heldout_rows": len(held),
                "train_time_s": round(state["elapsed_s"], 1), "adapter_parameters": n_params,
+               "init": state.get("init"), "teacher_rows": len(greedy) if cfg.data == "teacher" else None,
                "base": base_signature(model), "torch": torch.__version__,
                "hardware": f"{engine.device}, {torch.get_num_threads()} thread(s)"}
     adapter.eval().requires_grad_(False).detach()
@@ -447,6 +453,26 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
     engine.extras["lud"] = adapter
     log(f"saved LUD parameters to {out_dir}")
     return summary
+
+
+def init_from(adapter: LUDAdapter, folder: Path, model) -> dict:
+    """Load the parameters in `folder` into `adapter` (a longer run on top of an earlier one; same k, rank and
+    targets); returns what they had been trained with, for the card."""
+    src = LUDAdapter.load(folder, model)
+    a, b = src.config, adapter.config
+    if (a.k, a.rank, list(a.targets)) != (b.k, b.rank, list(b.targets)):
+        raise SystemExit(f"--init {folder}: k {a.k}, rank {a.rank}, targets {','.join(a.targets)}; this run: k {b.k}, "
+                         f"rank {b.rank}, targets {','.join(b.targets)}: give the same --k, --rank and --targets")
+    adapter.load_state_dict(src.state_dict())
+    t = getattr(a, "training", None) or {}
+    before = t.get("init") or {}
+    at9 = [f for f in t.get("heldout") or [] if f.get("kind") == "all" and f.get("threshold") == 0.9
+           and f.get("k") == a.k]
+    return {"folder": str(folder), "steps": (t.get("steps_done") or 0) + (before.get("steps") or 0),
+            "train_minutes": round(((t.get("train_time_s") or 0) / 60) + (before.get("train_minutes") or 0), 1),
+            "lr": (t.get("config") or {}).get("lr"), "hardware": t.get("hardware"),
+            "heldout_09": ({"tokens_per_pass": at9[0]["tokens_per_pass"], "wrong_steps": at9[0]["wrong_steps"]}
+                           if at9 else None)}
 
 
 def write_card(out_dir, summary: dict, sweep_md: str | None = None) -> Path:
@@ -464,8 +490,10 @@ def write_card(out_dir, summary: dict, sweep_md: str | None = None) -> Path:
         f"- k = {cfg['k']} (1 real + {cfg['k'] - 1} pad slots), lexical-unit confidence alpha = {cfg['alpha']}",
         f"- LoRA rank {cfg['rank']}, scale {cfg['scale']}, on attention q/k/v/o and MLP projections of every layer; "
         f"{summary.get('adapter_parameters', 0) / 1e6:.2f}M trainable parameters",
-        (f"- data: the base model's own answers to the training prompt set (paradec.training.teacher: 288 chat "
-         f"prompts from the standard library, disjoint from evals/suites, one sampled and one greedy answer each), "
+        (f"- data: the base model's own answers to the training prompt set (paradec.training.teacher: "
+         f"{cfg.get('prompts', 288)} chat prompts asked for"
+         f"{' (' + str(summary['teacher_rows']) + ' answers kept)' if summary.get('teacher_rows') else ''}, from the "
+         f"standard library, disjoint from evals/suites, one sampled and one greedy answer each), "
          f"prompt + answer windows of up to {cfg['window']} tokens, {cfg['cuts']} cut points per window inside "
          f"the answer" if cfg.get("data") == "teacher" else
          f"- data: windows of {cfg['window']} tokens from the standard-library corpus (raw text and chat examples) "
@@ -475,6 +503,13 @@ def write_card(out_dir, summary: dict, sweep_md: str | None = None) -> Path:
         f"- training: {summary['steps_done']} steps x {cfg['batch']} windows, lr {cfg['lr']}, "
         f"{summary['train_time_s'] / 60:.1f} min on {summary.get('hardware', 'CPU')}",
     ]
+    ini = summary.get("init")
+    if ini:
+        h9 = ini.get("heldout_09") or {}
+        lines.append(f"- started from the parameters then in {ini['folder']} ({ini['steps']} steps, "
+                     f"{ini['train_minutes']} min, lr {ini.get('lr')}, {ini.get('hardware')}; held-out k={cfg['k']} "
+                     f"threshold 0.9 then {h9.get('tokens_per_pass', float('nan')):.2f} tokens/pass, "
+                     f"{100 * h9.get('wrong_steps', float('nan')):.1f}% wrong steps): the steps above come on top")
     if hist:
         lines.append(f"- pad-slot loss {first['loss']:.3f} (first {hist[0]['step']} steps) -> {last['loss']:.3f} "
                      f"(last logged), pad-slot label accuracy {first['acc']:.2f} -> {last['acc']:.2f}")
@@ -535,6 +570,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=int, default=d.eval_every,
                    help="held-out acceptance figures every n steps (teacher data; 0 = at the end only)")
     p.add_argument("--eval-rows", type=int, default=d.eval_rows, help="held-out answers for those figures")
+    p.add_argument("--prompts", type=int, default=d.prompts, help="training prompts for teacher answers (--data teacher)")
+    p.add_argument("--init", default="", help="start from the LUD parameters in this folder (same --k, --rank and "
+                                              "--targets) instead of from scratch")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default: a tenth of --steps, at most 20)")
     checkpoint.add_run_args(p, "lud", d.ckpt_every, d.seed)
     return p
 
@@ -555,7 +594,11 @@ def train_lud_main(argv: list[str]) -> int:
     cfg = LUDTrainConfig(k=args.k, alpha=args.alpha, steps=args.steps, rank=args.rank, batch=args.batch,
                          window=args.window, cuts=args.cuts, targets=args.targets, lr=args.lr, greedy=args.greedy,
                          seed=args.seed, data=args.data, eval_every=args.eval_every, eval_rows=args.eval_rows,
-                         ckpt_every=args.ckpt_every, max_docs=args.max_docs, warmup=min(20, max(1, args.steps // 10)))
+                         ckpt_every=args.ckpt_every, max_docs=args.max_docs, prompts=args.prompts, init=args.init,
+                         warmup=args.warmup if args.warmup is not None else min(20, max(1, args.steps // 10)))
+    if args.init and not Path(args.init).is_dir():
+        print(f"error: --init {args.init}: no such folder", file=sys.stderr)
+        return 2
     summary = train_lud(engine, cfg, out, args.work, log=lambda m: print(m, file=sys.stderr),
                         progress=not args.no_progress)
     print(json.dumps({"out": str(out), "steps": summary["steps_done"], "train_time_s": summary["train_time_s"],
