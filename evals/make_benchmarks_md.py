@@ -149,6 +149,9 @@ def lud_default_part() -> str:
                         f"threshold {best['threshold']} | {best['speedup']:.2f}× | {best['tau']:.2f} | "
                         f"{best['rouge']:.3f} | {'**met**' if ok else 'missed: ' + lud_verdict(best)[1]} |")
     held = figures_markdown(tr["heldout"]) if tr.get("heldout") else "(no held-out figures in the card)\n"
+    ini = tr.get("init") or {}
+    init_note = (f", on top of {ini.get('steps')} earlier steps ({ini.get('train_minutes')} min, lr {ini.get('lr')}; "
+                 f"the card compares both on the same held-out rows)") if ini else ""
     long_code = ""
     if (B / "lud-default-code256.md").exists():
         long_code = f"""
@@ -160,7 +163,7 @@ the code suite was run once more with room to finish (on the earlier machine: AM
 """
     return f"""Parameters shipped in `data/adapters/qwen2.5-coder-0.5b-instruct/lud/` (card beside them): k = {cfg['k']}
 (1 real + {cfg['k'] - 1} pad slots), rank {cfg['rank']}, lexical-unit alpha {cfg['alpha']}, {tr.get('steps_done')} steps of
-{tc.get('batch')} windows in {(tr.get('train_time_s') or 0) / 60:.0f} min on the training machine (AMD EPYC, float32; its card), data: the model's own answers to
+{tc.get('batch')} windows in {(tr.get('train_time_s') or 0) / 60:.0f} min on the training machine (AMD EPYC, float32; its card){init_note}, data: the model's own answers to
 the training prompt set (`--data teacher`, disjoint from the suites).
 
 Held-out, teacher-forced (the model's greedy answers to {tr.get('heldout_rows')} held-out prompts; at every answer
@@ -181,19 +184,23 @@ points of `ar`'s), the best configuration per suite (one that meets the bar if a
 |---|---|---|---|---|---|---|
 """ + "\n".join(verdicts) + """
 
-What limits it. The sweep above ran on an AMD EPYC with AVX512-BF16 (2026-12-05), on the code whose gated LoRA
-hooks take one packed oneDNN product per sibling group (`paradec/adapters.py`; ptp's figures beside the default
-benchmark). Where `lud` keeps `ar`'s text (threshold 0.9: ROUGE-L vs `ar` 0.94-1.00, tokens/pass 0.98-1.18) it runs
-at 0.82-0.98× `ar` on natural language and 0.92-0.96× on code; on code-edit 1.10× (1.44-1.48 tokens/pass, ROUGE-L
-0.955, but perplexity +88-99%). A pass over a few positions costs little more than one here, but outside code-edit
-a pad token is accepted at under a fifth of the passes at that threshold (tokens/pass ≤ 1.18), and the hooks (168 of them, plus the pad embeddings and the
-STOP column) still cost more than the rare accepted pad buys back. Where it accepts more (threshold 0.7: code-edit
-1.94 tokens/pass, 1.38×; code 1.48, 1.16×) its wrong tokens change the answer (ROUGE-L vs `ar` 0.86 and 0.71). The
-held-out table says the same: at thresholds that keep wrong steps at or under 1% the parameters reach at most
-1.17-1.20 tokens per pass, so even free hooks would leave natural language near 1.1×, short of 1.33×. Earlier
-sweeps (git history of docs/bench/lud-default.md): Intel Xeon with AMX-BF16, the hooks before 2026-12-05,
-0.55-0.86× where it kept `ar`'s text and 1.11× on code-edit at 0.7; AMD EPYC in float32, 0.95-0.96× at 0.9 on
-natural language, 1.31× on code-edit at 0.7 with ROUGE-L 0.858.
+What limits it. The sweep above ran on an AMD EPYC with AVX512-BF16 (2026-12-05 01:21 UTC), with the parameters
+continued to 260 steps (held-out, same 36 rows, k=5 at threshold 0.9: 1.193 -> 1.238 tokens/pass, wrong steps 1.23%
+-> 1.09%; at 0.8 1.304 -> 1.352 and 3.52% -> 2.55%) and the gated LoRA hooks that take one packed oneDNN product per
+sibling group (`paradec/adapters.py`). Where `lud` keeps `ar`'s text (threshold 0.9: ROUGE-L vs `ar` 0.96-1.00,
+tokens/pass 0.97-1.19 outside code-edit) it runs at 0.79-1.00× `ar` on natural language and 0.87-0.96× on code (code
+at 5:0.9 now meets the quality bar: ROUGE-L 0.984, perplexity +2.4%, the same answers parse; not the speed bar);
+code-edit 1.13-1.18× (1.51-1.57 tokens/pass, ROUGE-L 0.962-0.975, perplexity +65-124%). A pass over a few positions
+costs little more than one here, but outside code-edit a pad token is accepted at under a fifth of the passes at
+that threshold, and the hooks (168 of them, plus the pad embeddings and the STOP column) still cost more than the
+rare accepted pad buys back. Where it accepts more (threshold 0.7: code-edit 1.91 tokens/pass, 1.40×; code 1.44,
+1.13×) its wrong tokens change the answer (ROUGE-L vs `ar` 0.905 and 0.835). The held-out table says the same: at
+thresholds that keep wrong steps near 1% the parameters reach at most 1.20-1.24 tokens per pass, so even free hooks
+would leave natural language near 1.1×, short of 1.33×. Earlier sweeps (git history of docs/bench/lud-default.md):
+the same EPYC 2026-12-05 00:17 UTC with the 130-step parameters, 0.82-0.98× where it kept `ar`'s text, code ROUGE-L
+0.941 with perplexity +25.7% at 5:0.9, 1.38× on code-edit at 0.7 with ROUGE-L 0.863; Intel Xeon with AMX-BF16 and
+the hooks before 2026-12-05, 0.55-0.86× and 1.11×; AMD EPYC in float32, 0.95-0.96× at 0.9 on natural language,
+1.31× on code-edit at 0.7 with ROUGE-L 0.858.
 """
 
 
