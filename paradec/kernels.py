@@ -121,7 +121,8 @@ PLANS = ((1, None), (1, ROW_CHUNK), (2, None), (2, ROW_CHUNK))
 _ROW_PLANS: dict[tuple[int, int], tuple[int, int | None]] = {}
 
 
-def _linear(x2: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def linear_packed(x2: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x2 (rows, in) bf16 through a packed weight (`pack`), in one oneDNN call."""
     return torch.ops.mkldnn._linear_pointwise(x2, packed, bias, "none", [], "")
 
 
@@ -133,9 +134,9 @@ def packed_product(x2: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | 
     n = x2.shape[0]
     if n < least:
         pad = x2.new_zeros(least - n, x2.shape[1])
-        return _linear(torch.cat([x2, pad]), packed, bias)[:n]
+        return linear_packed(torch.cat([x2, pad]), packed, bias)[:n]
     if most is None or n <= most:
-        return _linear(x2, packed, bias)
+        return linear_packed(x2, packed, bias)
     return torch.cat([packed_product(x2[i:i + most], packed, bias, plan) for i in range(0, n, most)])
 
 
@@ -259,13 +260,8 @@ def stacked_output(mods, x: torch.Tensor) -> torch.Tensor | None:
     return g.whole
 
 
-def linear_packed(x2: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-    """x2 (rows, in) bf16 through a packed weight (`pack`), no bias, in one oneDNN call."""
-    return torch.ops.mkldnn._linear_pointwise(x2, packed, None, "none", [], "")
-
-
 def pack(weight: torch.Tensor) -> torch.Tensor:
-    """A bf16 (out, in) weight in oneDNN's layout, for `packed_product`."""
+    """A bf16 (out, in) weight in oneDNN's layout, for `linear_packed` / `packed_product`."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(torch.bfloat16).contiguous(), 1)
 
 

@@ -103,8 +103,8 @@ def test_a_wide_input_projection_is_row_exact_at_any_row_count():
         for rows in (2, 3, 4, 32, 33, 40, 64, 100):
             assert torch.equal(lin(x[:rows]), alone[:rows]), rows
         packed = lin.forward.packed
-        raw = [kernels._linear(x[:m], packed, None) for m in (1, 2, 64)]
-        raw_alone = torch.cat([kernels._linear(x[i:i + 1], packed, None) for i in range(64)])
+        raw = [kernels.linear_packed(x[:m], packed, None) for m in (1, 2, 64)]
+        raw_alone = torch.cat([kernels.linear_packed(x[i:i + 1], packed, None) for i in range(64)])
     plan = kernels.row_plan(896, 4864)
     assert plan in kernels.PLANS
     plain_exact = torch.equal(raw[2], raw_alone) and torch.equal(raw[1], raw_alone[:2])

@@ -587,6 +587,9 @@ def train_lud_main(argv: list[str]) -> int:
     if not 0.0 < args.alpha < 1.0:
         print("error: --alpha must be between 0 and 1", file=sys.stderr)
         return 2
+    if args.init and not Path(args.init).is_dir():
+        print(f"error: --init {args.init}: no such folder", file=sys.stderr)
+        return 2
     engine, out = checkpoint.engine_and_out(args, LUDAdapter)
     if engine is None:
         print(f"error: {out}", file=sys.stderr)
@@ -596,9 +599,6 @@ def train_lud_main(argv: list[str]) -> int:
                          seed=args.seed, data=args.data, eval_every=args.eval_every, eval_rows=args.eval_rows,
                          ckpt_every=args.ckpt_every, max_docs=args.max_docs, prompts=args.prompts, init=args.init,
                          warmup=args.warmup if args.warmup is not None else min(20, max(1, args.steps // 10)))
-    if args.init and not Path(args.init).is_dir():
-        print(f"error: --init {args.init}: no such folder", file=sys.stderr)
-        return 2
     summary = train_lud(engine, cfg, out, args.work, log=lambda m: print(m, file=sys.stderr),
                         progress=not args.no_progress)
     print(json.dumps({"out": str(out), "steps": summary["steps_done"], "train_time_s": summary["train_time_s"],
