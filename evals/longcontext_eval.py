@@ -7,8 +7,10 @@ in a smaller *window* W (`Request.max_context`, default 512) on inputs at up to 
   * `ar-truncated` - `ar` on the input cut from the LEFT to the window (its last W - max_new_tokens tokens; the
                      cut is done here, it is not a registered strategy): what a W-token model can do unaided,
   * the chunked methods, each run with max_context = W: `pcw`, `ape` (pcw with APE's shared prefix, temperature
-    and scaling), `focus` (FocusLLM; needs parameters trained for the model, skipped with the reason when it
-    has none). Any registered strategy name can be given; one that is not available for the model is skipped.
+    and scaling), each also with `select=2` (only the two chunks most relevant to the question kept, see
+    parallel_context.py), `focus` (FocusLLM; needs parameters trained for the model, skipped with the reason when it
+    has none). Any registered strategy name can be given, with parameters as name+key=value; one that is not
+    available for the model is skipped.
 
 Items: the `longcontext` suite (evals/suites/longcontext.jsonl, sized by the default model's tokenizer):
 passkey retrieval (in-window controls, then 2x/4x/8x/16x a 512-token window, the key at four depths), key-value
@@ -64,7 +66,7 @@ SUITE = ROOT / "evals" / "suites" / "longcontext.jsonl"
 FULL = "ar-full"
 BASELINE = "ar-truncated"
 REFERENCES = (FULL, BASELINE)
-DEFAULT_STRATEGIES = "ar-full,ar-truncated,pcw,ape,focus"
+DEFAULT_STRATEGIES = "ar-full,ar-truncated,pcw,ape,pcw+select=2,ape+select=2,focus"
 TASKS = ("passkey", "kv", "section_number", "name_lookup")
 MAX_NEW = {"passkey": 12, "kv": 16, "section_number": 8, "name_lookup": 16}
 DEFAULT_WINDOW = 512
@@ -198,13 +200,16 @@ def kv_bytes_per_token(engine) -> int:
 
 def cached_positions(name: str, lane: Lane, input_tokens: int) -> int:
     """KV positions the answer held at its end: the whole input for ar-full, the kept tail for ar-truncated, the
-    chunks laid end to end (shared prefix once) + the question for the chunked methods; + the answer."""
+    chunks laid end to end (shared prefix once; with `select`, the kept chunks only) + the question for the chunked
+    methods; + the answer."""
     n = len(lane.token_ids)
     info = lane.info
     if name == BASELINE and info.get("kept") is not None:
         return info["kept"] + n
     if info.get("chunk_lengths") is not None:
         lens = info["chunk_lengths"]
+        if info.get("selected") is not None:
+            lens = [lens[i] for i in info["selected"]]
         return sum(lens) - info.get("shared_prefix", 0) * max(0, len(lens) - 1) + info.get("question_tokens", 0) + n
     return input_tokens + n
 
@@ -658,6 +663,10 @@ def main(argv=None):
         "ape": "`ape` is `pcw` with APE's changes: the prompt's opening shared at the start of every chunk, and in "
                "the passes after the chunks the context's attention sharpened by a temperature (0.9) with its total "
                "weight scaled (0.9).",
+        "pcw+select=2": "`pcw+select=2` and `ape+select=2` rank the chunks after the batched chunk pass (the "
+                        "question appended to every chunk in one more batched pass: how likely the question's words "
+                        "are under each chunk, and how sure the model is of its answer's first token after it, the "
+                        "two orders interleaved) and keep only the first two for the question and the answer.",
         "focus": "`focus` (FocusLLM) turns each chunk into one trained candidate token (the question's last 16 tokens "
                  "appended to the chunk, trained deltas at that one position) and decodes against the prompt's "
                  "opening (the sink) and those candidates, never the memory itself; it needs parameters trained for "

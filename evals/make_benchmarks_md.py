@@ -225,6 +225,15 @@ def longcontext(path: Path = ROOT / "docs" / "longcontext.md") -> str:
                 "`pcw` with APE's temperature and scaling but no shared prefix:\n\n"
                 + "\n\n".join(b for b in atext[a0:a1 if a1 > 0 else len(atext)].split("\n\n")
                                if b.lstrip().startswith("|")) + "\n")
+    dev = Path(path).parent / "bench" / "chunk-select-dev.md"     # how `select` was chosen, on items not the suite's
+    if dev.exists():
+        dtext = dev.read_text()
+        cmd = next((ln for ln in dtext.splitlines() if ln.startswith("`python")), "")
+        when = [ln for ln in dtext.splitlines() if ln.startswith(("- Date", "- Machine"))]
+        out += ("\n#### How `select` was chosen: held-out retrieval items, not the suite ([docs/bench/chunk-select-dev.md]"
+                "(docs/bench/chunk-select-dev.md))\n\n" + cmd + "\n\n" + "\n".join(when) + "\n\n"
+                + "\n\n".join(b for b in dtext.split("\n\n") if b.lstrip().startswith(("|", "Recall", "Answers")))
+                + "\n")
     prefill = Path(path).with_name("longcontext-prefill.md")      # `--timing-only`: the prefill alone, at 32K
     if prefill.exists():
         ptext = prefill.read_text()
@@ -868,7 +877,12 @@ default model's context is 32K tokens, so it is its own full-attention reference
 window (`--max-context` / `Request.max_context`) on inputs up to 16× it, beside `ar-full` (full attention over the
 whole input, the ceiling) and `ar-truncated` (the input cut to the window). Its answers are stored as a run of kind
 `longcontext` (in the shipped reference database too), which the Dashboard charts as passkey accuracy by length,
-a length × depth heatmap, accuracy by task and prefill time by length.
+a length × depth heatmap, accuracy by task and prefill time by length. `pcw+select=2` and `ape+select=2` are `pcw`
+and `ape` with chunk selection (an option of `pcw`, training-free): after the batched chunk pass one more batched
+pass appends the question to every chunk, the chunks are ranked by the question's likelihood under each and by the
+model's certainty of its answer's first token after each (interleaved), and only the first two are kept for the
+question and the answer. k = 2 and the interleaved rule were chosen on held-out retrieval items built from the
+training corpus, not on this suite (last table of this section).
 
 {lc_section}
 

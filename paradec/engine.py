@@ -257,11 +257,12 @@ class Engine:
         return self.cache_from_kv([(k.repeat(times, 1, 1, 1), v.repeat(times, 1, 1, 1))
                                    for k, v in self.cache_kv(cache)])
 
-    def concat_rows(self, cache, starts: list[int]):
-        """A new single-sequence cache holding row i of `cache` from position starts[i] on, the rows laid end to
-        end in order (pcw's context windows)."""
-        return self.cache_from_kv([(torch.cat([k[i:i + 1, :, s:] for i, s in enumerate(starts)], dim=-2),
-                                    torch.cat([v[i:i + 1, :, s:] for i, s in enumerate(starts)], dim=-2))
+    def concat_rows(self, cache, starts: list[int], rows: list[int] | None = None):
+        """A new single-sequence cache holding row rows[j] (default j) of `cache` from position starts[j] on, those
+        rows laid end to end in that order (pcw's context windows)."""
+        rows = list(range(len(starts))) if rows is None else rows
+        return self.cache_from_kv([(torch.cat([k[r:r + 1, :, s:] for r, s in zip(rows, starts)], dim=-2),
+                                    torch.cat([v[r:r + 1, :, s:] for r, s in zip(rows, starts)], dim=-2))
                                    for k, v in self.cache_kv(cache)])
 
     @property

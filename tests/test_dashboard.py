@@ -173,15 +173,17 @@ def test_longcontext_eval_stores_its_answers_and_skips_what_cannot_run(tmp_path,
 
     from evals import longcontext_eval as lc
     from evals import make_benchmarks_md as M
-    run, skipped = lc.usable_strategies(tiny_engine, ["ar-full", "ar-truncated", "pcw", "ape", "no-such-strategy"])
-    assert run == ["ar-full", "ar-truncated", "pcw", "ape"] and "unknown strategy" in skipped["no-such-strategy"]
+    run, skipped = lc.usable_strategies(tiny_engine, ["ar-full", "ar-truncated", "pcw", "ape", "pcw+select=2",
+                                                      "no-such-strategy"])
+    assert run == ["ar-full", "ar-truncated", "pcw", "ape", "pcw+select=2"]
+    assert "unknown strategy" in skipped["no-such-strategy"]
     store = Store(f"sqlite:///{tmp_path / 'lc.db'}")
     args = argparse.Namespace(window=128, tasks=["passkey", "kv"], limit=1)
     rid = lc.start_run(store, tiny_engine, run, skipped, args)
     items = lc.load_items(["passkey", "kv"], {384, 1024}, 1)
     assert [(it["task"], it["approx_tokens"]) for it in items] == [("passkey", 384), ("kv", 1024)]
     rows = lc.evaluate(tiny_engine, items, run, 128, store, rid)
-    assert len(rows) == 8 and all(r["ttft_s"] and r["e2e_s"] >= r["ttft_s"] for r in rows if not r["error"])
+    assert len(rows) == 10 and all(r["ttft_s"] and r["e2e_s"] >= r["ttft_s"] for r in rows if not r["error"])
     by = {(r["id"], r["strategy"]): r for r in rows}
     # the tiny model's 512 positions cannot hold the 1K-token kv prompt whole: ar-full fails in its own lane,
     # ar-truncated keeps the last 128 - 16 tokens, the chunked methods read it in windows of 128
@@ -189,18 +191,21 @@ def test_longcontext_eval_stores_its_answers_and_skips_what_cannot_run(tmp_path,
     assert by[(kv, "ar-full")]["error"] and not by[(kv, "pcw")]["error"] and by[(kv, "pcw")]["chunks"] >= 8
     assert by[(kv, "ar-truncated")]["kv_mb"] < by[(kv, "pcw")]["kv_mb"]
     res = store.results_dataframe(rid)
-    assert len(res) == 8 and set(res["strategy"]) == set(run)
+    assert len(res) == 10 and set(res["strategy"]) == set(run)
     assert (res["run_kind"] == "longcontext").all() and set(res["category"]) == {"passkey-control", "kv"}
     assert set(res["m_approx_tokens"]) == {384, 1024} and res["m_context_length"].eq(128).all()
     assert res["q_correct"].isin([True, False]).all() and res["m_kv_cache_mb"].notna().all()
     assert res.loc[res.strategy == "ape", "params"].map(lambda p: p["temperature"] == 0.9).all()
+    assert res.loc[res.strategy == "pcw+select=2", "params"].map(lambda p: p["select"] == 2).all()
+    # the kv prompt's 8+ chunks: select keeps two of them, so it caches fewer positions than pcw
+    assert by[(kv, "pcw+select=2")]["kv_mb"] < by[(kv, "pcw")]["kv_mb"]
     # the charts count answers, not failed lanes: ar-full's two refusals (555 and 860 tokens > 512) are left out
-    assert len(charts.longcontext_accuracy(res, ("category",), passkey_only=False)) == 6
+    assert len(charts.longcontext_accuracy(res, ("category",), passkey_only=False)) == 8
     page = tmp_path / "lc.md"
     body = lc.tables(tiny_engine, rows, run, 128, [], skipped, 1.0)
     page.write_text(body + "\n")
-    assert "| ar-full | ar-truncated | pcw | ape |" in body and "`no-such-strategy` was not run" in body
-    assert "### Cost per answer" in body and "full ÷ pcw, ape prefill" in body
+    assert "| ar-full | ar-truncated | pcw | ape | pcw+select=2 |" in body and "`no-such-strategy` was not run" in body
+    assert "### Cost per answer" in body and "full ÷ pcw, ape, pcw+select=2 prefill" in body
     section = M.longcontext(page)
     assert "### Passkey accuracy" in section and "### Reading" in section and "Sample answers" not in section
     store.close()
@@ -218,6 +223,8 @@ def test_longcontext_scores_and_kv_positions():
     lane = type("L", (), {"token_ids": [1, 2], "info": {"chunk_lengths": [100, 100, 60], "shared_prefix": 20,
                                                          "question_tokens": 30}})()
     assert lc.cached_positions("ape", lane, 999) == 260 - 40 + 30 + 2
+    lane.info["selected"] = [0, 2]                    # select: only the kept chunks stay cached
+    assert lc.cached_positions("ape+select=2", lane, 999) == 160 - 20 + 30 + 2
     lane.info = {"kept": 112}
     assert lc.cached_positions("ar-truncated", lane, 999) == 114
     lane.info = {}

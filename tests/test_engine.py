@@ -151,6 +151,11 @@ def test_cache_surgery_methods(tiny_engine):
         assert jk.shape[0] == 1
         assert torch.equal(jk, torch.cat([k[i:i + 1, :, s:] for i, s in enumerate(starts)], -2))
         assert torch.equal(jv, torch.cat([v[i:i + 1, :, s:] for i, s in enumerate(starts)], -2))
+    # ... or only the rows named, in the order named
+    picked = e.concat_rows(bcache, [starts[2], starts[0]], [2, 0])
+    for (k, v), (pk, pv) in zip(kv, e.cache_kv(picked)):
+        assert torch.equal(pk, torch.cat([k[2:3, :, starts[2]:], k[0:1, :, starts[0]:]], -2))
+        assert torch.equal(pv, torch.cat([v[2:3, :, starts[2]:], v[0:1, :, starts[0]:]], -2))
     # cache_from_kv rebuilds a cache that continues exactly like the original
     ids = e.tokenizer("one two three four")["input_ids"]
     cache = e.new_cache()

@@ -1,5 +1,7 @@
 """`pcw` (Parallel Context Windows): single chunk == ar, batched chunks == chunks alone, question positions,
 prompt splitting and the limits. All on the random tiny engine (context 512)."""
+from contextlib import nullcontext
+
 import pytest
 import torch
 
@@ -333,3 +335,97 @@ def test_ape_options_are_validated(tiny_engine):
     for bad in ({"temperature": 0.0}, {"scale": -1.0}, {"prefix": -2}):
         with pytest.raises(RequestError, match=next(iter(bad))):
             run(tiny_engine, "ape", Request(prompt=APE_PROMPT, chat=False, max_new_tokens=2, params=bad))
+
+
+@pytest.mark.parametrize("shared", [0, 6])
+def test_probe_pass_is_the_question_after_each_chunk_alone(tiny_engine, shared):
+    """One batched pass gives, for every chunk, the log-probabilities of the question's tokens and the best next
+    token's log-probability that the model gives after that chunk alone; the batch cache is rolled back after."""
+    from paradec.strategies.parallel_context import encode_batch, lay_end_to_end, probe_pass
+    g = torch.Generator().manual_seed(11)
+    chunks = [torch.randint(10, 8000, (n,), generator=g).tolist() for n in (31, 44, 44, 12)]
+    if shared:
+        chunks = [[3, 17, 29, 41, 53, 67] + c for c in chunks]
+    question = torch.randint(10, 8000, (9,), generator=g).tolist()
+    bcache, mask, nxt = encode_batch(tiny_engine, chunks, shared)
+    T = tiny_engine.cache_len(bcache)
+    lp, answer = probe_pass(tiny_engine, bcache, mask, nxt, question, 7)
+    assert lp.shape == (len(chunks), 6) and answer.shape == (len(chunks),) and tiny_engine.cache_len(bcache) == T
+    for i, c in enumerate(chunks):
+        logits = torch.log_softmax(tiny_engine.forward(c + question)[0], -1)
+        want = logits[len(c):len(c) + 6].gather(-1, torch.tensor(question[1:7]).view(-1, 1)).view(-1)
+        torch.testing.assert_close(lp[i], want, atol=2e-3, rtol=1e-3)
+        torch.testing.assert_close(answer[i], logits[-1].max(), atol=2e-3, rtol=1e-3)
+    # the batch cache still holds the chunks alone: laying it out gives encode_chunks' cache
+    a, b = lay_end_to_end(tiny_engine, bcache, chunks, shared), encode_chunks(tiny_engine, chunks, shared)
+    for (ka, va), (kb, vb) in zip(tiny_engine.cache_kv(a), tiny_engine.cache_kv(b)):
+        torch.testing.assert_close(ka, kb, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(va, vb, atol=1e-5, rtol=1e-4)
+    # a subset laid out: the kept rows' own key/values, in order, each after the first without its shared start
+    keep = [1, 3]
+    sub, ref = lay_end_to_end(tiny_engine, bcache, chunks, shared, keep), encode_chunks(tiny_engine,
+                                                                                          [chunks[i] for i in keep],
+                                                                                          shared)
+    for (ka, va), (kb, vb) in zip(tiny_engine.cache_kv(sub), tiny_engine.cache_kv(ref)):
+        torch.testing.assert_close(ka, kb, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(va, vb, atol=1e-5, rtol=1e-4)
+
+
+def test_chunk_order_rules_and_pick():
+    from paradec.strategies.parallel_context import chunk_order, pick_chunks
+    lp = torch.tensor([[-1.0, -5.0], [-1.0, -0.5], [-3.0, -5.0], [-1.2, -4.0]])     # means -3, -0.75, -4, -2.6
+    answer = torch.tensor([-0.1, -2.0, -0.05, -1.0])
+    assert chunk_order(lp, answer, "question") == [1, 3, 0, 2]
+    assert chunk_order(lp, answer, "answer") == [2, 0, 3, 1]
+    assert chunk_order(lp, answer, "both") == [2, 1, 0, 3]       # answer's best, question's best, answer's 2nd, ...
+    with pytest.raises(ValueError):
+        chunk_order(lp, answer, "nope")
+    assert pick_chunks([2, 1, 0, 3], 2) == [1, 2]                  # the first two, in the prompt's order
+    assert pick_chunks([2, 1, 0, 3], 0) == [0, 1, 2, 3] and pick_chunks([2, 1, 0, 3], 9) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("name,rank", [("pcw", "both"), ("ape", "question"), ("pcw", "answer")])
+def test_select_reads_only_the_best_chunks(tiny_engine, name, rank):
+    """`select` k: the step's info names the first k chunks of the rule's order (and the order); the answer equals
+    a PCW built by hand from those chunks alone (question positions after the longest kept chunk); one more
+    forward pass is counted; select >= the number of chunks is plain pcw."""
+    from paradec.strategies.parallel_context import (chunk_order, context_blocks, encode_batch, pick_chunks,
+                                                     probe_pass, probe_tokens)
+    params = {"window": 90, "select": 2, "rank": rank}
+    req = Request(prompt=APE_PROMPT, chat=False, max_new_tokens=10, ignore_eos=True, params=params)
+    ids, steps = run(tiny_engine, name, req)
+    lay = get(name).layout(tiny_engine, req)
+    chunks, shared, question = lay["chunks"], lay["shared"], lay["question"]
+    assert len(chunks) >= 4 and (shared > 0) == (name == "ape")
+    bcache, mask, nxt = encode_batch(tiny_engine, chunks, shared)
+    order = chunk_order(*probe_pass(tiny_engine, bcache, mask, nxt, question, len(probe_tokens(tiny_engine, question))),
+                        rank)
+    keep = pick_chunks(order, 2)
+    assert steps[0].info["selected"] == keep and steps[0].info["chunk_order"] == order
+    assert steps[0].forward_passes == (2 if shared > 1 else 1) + 1
+    # by hand: the kept chunks encoded as their own PCW, greedy answer after them
+    kept = [chunks[i] for i in keep]
+    cache = encode_chunks(tiny_engine, kept, shared)
+    past, pos = tiny_engine.cache_len(cache), max(map(len, kept))
+    p = get(name).resolve_params(req, tiny_engine)
+    ape = p["temperature"] != 1.0 or p["scale"] != 1.0
+    toks, feed = [], question
+    while len(toks) < req.max_new_tokens:
+        n = len(feed)
+        m = tiny_engine.tree_mask(tiny_engine.cache_len(cache), torch.ones(n, n, dtype=torch.bool).tril())
+        with (context_blocks(tiny_engine, shared, past, p["temperature"], p["scale"]) if ape else nullcontext()):
+            logits = tiny_engine.forward(feed, cache, list(range(pos, pos + n)), m, logits_to_keep=1)[0, -1]
+        pos += n
+        toks.append(int(logits.argmax()))
+        feed = toks[-1:]
+    assert ids == toks
+    everything = Request(**{**req.__dict__, "params": {"window": 90, "select": len(chunks)}})
+    all_ids, all_steps = run(tiny_engine, name, everything)
+    assert "selected" not in all_steps[0].info
+    assert all_ids == run(tiny_engine, name, Request(**{**req.__dict__, "params": {"window": 90}}))[0]
+
+
+def test_select_is_validated(tiny_engine):
+    for bad in ({"select": -1}, {"rank": "loudest"}):
+        with pytest.raises(RequestError, match=next(iter(bad))):
+            run(tiny_engine, "pcw", Request(prompt=APE_PROMPT, chat=False, max_new_tokens=2, params=bad))

@@ -28,8 +28,18 @@ APE's training-free adjustments (Yang et al., ICLR 2025), as options (`ape` is t
     attention function registered with transformers and switched on only around those passes).
 With T = S = 1 and prefix 0 the computation is plain pcw.
 
-Steps: the batched chunk encoding is one forward pass, two with a shared prefix (a step with no tokens, `info` =
-chunk layout);
+Chunk selection, an option (`select` k > 0; off by default): after the batched chunk pass the whole question is
+appended to every chunk row in one more batched pass (`probe_pass`), which gives two figures per chunk: the mean
+log-probability of the question's own tokens under the chunk (the question-aware coarse ranking of LongLLMLingua,
+Jiang et al., ACL 2024, and XL3M: a chunk holding what the question asks about makes its words likelier), and how
+sure the model is of its answer's first token after that chunk alone. `rank` orders the chunks by one of them or,
+by default, by both interleaved (`chunk_order`). Only the first k, in their order in the prompt, are laid end to
+end for the question and the answer; the rest are dropped. The chunks are still encoded in parallel and never see
+each other; what changes is that the answer no longer spreads its attention over n chunks of which one matters.
+The step's `info` lists the kept chunks and the whole order.
+
+Steps: the batched chunk encoding is one forward pass, two with a shared prefix, one more with `select` (a step
+with no tokens, `info` = chunk layout);
 the question pass yields the first token; then one token per forward pass like `ar`. With a single chunk
 (and T = S = 1) the computation is the ordinary one, so greedy output equals `ar`. Not lossless with several
 chunks: the chunks do not see each other.
@@ -104,33 +114,115 @@ def plan_chunks(context: list[int], window: int, shared: list[int]) -> list[list
 
 
 @torch.inference_mode()
-def encode_chunks(engine, chunks: list[list[int]], shared_len: int = 0):
-    """Encode the chunks as one batch, positions 0..len-1 in each, and return one single-sequence cache holding
-    chunk 0 whole and every later chunk without its first `shared_len` tokens (`chunk_passes` forward passes).
-
-    A shared start longer than one token (APE's shared prefix: the same tokens at the same positions in every
-    chunk) is encoded once, and the chunks' own tokens as one batch after it (each row attends to that one prefix
-    cache), so it costs one pass over it, not one per chunk; a BOS is simply encoded in every row."""
+def encode_batch(engine, chunks: list[list[int]], shared_len: int = 0):
+    """Encode the chunks as one batch, positions 0..len-1 in each: (batch cache, mask (n, L) of its real positions,
+    next position of each row (n,)). A shared start longer than one token (APE's shared prefix: the same tokens at
+    the same positions in every chunk) is encoded once and the chunks' own tokens as one batch after it (each row
+    attends to that one prefix cache), so it costs one pass over it, not one per chunk; a BOS is simply encoded in
+    every row (`chunk_passes` forward passes in all)."""
     if shared_len <= 1:
-        _, bcache, mask, _ = engine.prefill_batch(chunks)
-        T = mask.shape[1]
-        return engine.concat_rows(bcache, [T - len(c) + (shared_len if i else 0) for i, c in enumerate(chunks)])
+        _, bcache, mask, nxt = engine.prefill_batch(chunks)
+        return bcache, mask, nxt
     prefix, bodies = chunks[0][:shared_len], [c[shared_len:] for c in chunks]
     pcache = engine.new_cache()
     engine.forward(prefix, pcache, logits_to_keep=1)
-    n, P = len(chunks), shared_len
-    _, bcache, mask, _ = engine.prefill_batch(bodies, engine.repeat_cache(pcache, n),
-                                              torch.ones(n, P, dtype=torch.long, device=engine.device))
-    T = mask.shape[1] - P
+    n = len(chunks)
+    _, bcache, mask, nxt = engine.prefill_batch(bodies, engine.repeat_cache(pcache, n),
+                                                torch.ones(n, shared_len, dtype=torch.long, device=engine.device))
+    return bcache, mask, nxt
+
+
+def lay_end_to_end(engine, bcache, chunks: list[list[int]], shared_len: int = 0, keep: list[int] | None = None):
+    """One single-sequence cache from `encode_batch`'s: the rows in `keep` (default all), in order, laid end to
+    end - the first whole, every later one without its first `shared_len` tokens (the shared start kept once)."""
+    keep = list(range(len(chunks))) if keep is None else list(keep)
+    T = engine.cache_len(bcache)
+    if shared_len <= 1:       # each row from its first real position; every row after the first without its BOS
+        return engine.concat_rows(bcache, [T - len(chunks[i]) + (shared_len if j else 0) for j, i in enumerate(keep)],
+                                  keep)
+    P, first = shared_len, keep[0]   # the shared prefix (positions 0..P-1 of every row) once, then each row's own
     return engine.cache_from_kv([
-        (torch.cat([k[:1, :, :P]] + [k[i:i + 1, :, P + T - len(b):] for i, b in enumerate(bodies)], dim=-2),
-         torch.cat([v[:1, :, :P]] + [v[i:i + 1, :, P + T - len(b):] for i, b in enumerate(bodies)], dim=-2))
+        (torch.cat([k[first:first + 1, :, :P]] + [k[i:i + 1, :, T - len(chunks[i]) + P:] for i in keep], dim=-2),
+         torch.cat([v[first:first + 1, :, :P]] + [v[i:i + 1, :, T - len(chunks[i]) + P:] for i in keep], dim=-2))
         for k, v in engine.cache_kv(bcache)])
+
+
+@torch.inference_mode()
+def encode_chunks(engine, chunks: list[list[int]], shared_len: int = 0):
+    """Encode the chunks as one batch (`encode_batch`) and return one single-sequence cache holding chunk 0 whole
+    and every later chunk without its first `shared_len` tokens."""
+    bcache, _, _ = encode_batch(engine, chunks, shared_len)
+    return lay_end_to_end(engine, bcache, chunks, shared_len)
 
 
 def chunk_passes(shared_len: int) -> int:
     """Forward passes `encode_chunks` makes: one batch, plus one over a shared prefix longer than a token."""
     return 2 if shared_len > 1 else 1
+
+
+@torch.inference_mode()
+def probe_pass(engine, bcache, mask: torch.Tensor, nxt: torch.Tensor, question: list[int], probe: int | None = None):
+    """The question appended to every row of `encode_batch`'s cache, in one batched pass (the cache is cropped back
+    after). Returns (lp, answer): lp (n, probe - 1) float32, the log-probability of each of the question's first
+    `probe` tokens (default all) after the first; answer (n,), the log-probability of the most likely next token
+    after the whole question - how sure the model is of how its answer starts when it reads only that chunk."""
+    q, n = len(question), mask.shape[0]
+    probe = q if probe is None else min(probe, q)
+    T = engine.cache_len(bcache)
+    ids = torch.tensor([question] * n, device=engine.device)
+    full = torch.cat([mask, torch.ones((n, q), dtype=mask.dtype, device=engine.device)], 1)
+    positions = nxt.view(-1, 1).to(engine.device) + torch.arange(q, device=engine.device)
+    logits = engine.forward(ids, bcache, positions, engine.batch_mask(full, q), upcast=False)   # (n, q, V)
+    engine.crop(bcache, T)
+    target = ids[0, 1:probe].view(-1, 1)
+    lp = torch.stack([torch.log_softmax(row.float(), -1).gather(-1, target).view(-1)      # a row at a time
+                      for row in logits[:, :probe - 1]]).cpu() if probe > 1 else torch.zeros(n, 0)
+    answer = torch.stack([torch.log_softmax(row.float(), -1).max() for row in logits[:, -1]]).cpu()
+    return lp, answer
+
+
+def probe_tokens(engine, question: list[int]) -> list[int]:
+    """The question's own tokens, whose likelihood `chunk_order` ranks by: without the chat template's closing tail
+    (the same in every chat prompt: it says nothing about which chunk is relevant)."""
+    from ..focus import chat_frame
+    _, tail = chat_frame(engine)
+    if tail and len(question) > len(tail) and question[-len(tail):] == tail:
+        return question[:-len(tail)]
+    return question
+
+
+RULES = ("both", "question", "answer")
+
+
+def chunk_order(lp: torch.Tensor, answer: torch.Tensor, rule: str = "both") -> list[int]:
+    """Chunk indices, most relevant first, from `probe_pass`'s figures:
+      * "question": by the mean log-probability of the question's tokens under the chunk - the question-aware
+        coarse ranking of LongLLMLingua (Jiang et al., ACL 2024) and XL3M: a chunk that holds what the question asks
+        about makes the question's own words likelier;
+      * "answer": by how sure the model is of its answer's first token after that chunk and the question;
+      * "both": the two orders interleaved, the answer's first (its best, the question's best, its second, ...),
+        each chunk once."""
+    n = answer.shape[0]
+    by_q = sorted(range(n), key=lambda i: -float(lp[i].mean()) if lp.shape[1] else 0.0)
+    by_a = sorted(range(n), key=lambda i: -float(answer[i]))
+    if rule == "question":
+        return by_q
+    if rule == "answer":
+        return by_a
+    if rule != "both":
+        raise ValueError(f"unknown chunk rule {rule!r}; rules: {', '.join(RULES)}")
+    out: list[int] = []
+    for pair in zip(by_a, by_q):
+        out += [i for i in pair if i not in out]
+    return out
+
+
+def pick_chunks(order: list[int], select: int) -> list[int]:
+    """The first `select` chunks of `order` (`chunk_order`), in their order in the prompt (all when select is 0 or
+    no fewer than the chunks)."""
+    if not select or select >= len(order):
+        return sorted(order)
+    return sorted(order[:select])
 
 
 # ------------------------------------------------------------------------------------------ APE's query attention
@@ -203,6 +295,11 @@ class ParallelContextWindows(Strategy):
                                                      "context keys are divided by it (APE; 1 = off)"),
         "scale": Param(1.0, float, 0.01, 10.0, "the context's attention weights are multiplied by it (APE's "
                                                "scaling factor; 1 = off)"),
+        "select": Param(0, int, 0, 4096, "keep only this many chunks, the most relevant to the question (one "
+                                         "batched scoring pass; 0 = keep every chunk)"),
+        "rank": Param("both", str, help="how `select` ranks the chunks: question (the question's likelihood "
+                                        "under each chunk), answer (the model's certainty of its answer's first "
+                                        "token after each chunk) or both (interleaved)", choices=RULES),
     }
 
     def available(self, engine) -> tuple[bool, str]:
@@ -253,13 +350,23 @@ class ParallelContextWindows(Strategy):
         chunks, question = lay["chunks"], lay["question"]
         info = {"chunks": len(chunks), "chunk_lengths": [len(c) for c in chunks], "window": lay["window"],
                 "question_tokens": len(question), "shared_prefix": lay["shared"]}
-        pos = max((len(c) for c in chunks), default=0)
+        keep = list(range(len(chunks)))
         if chunks:
-            cache = encode_chunks(engine, chunks, lay["shared"])
-            yield Step(forward_passes=chunk_passes(lay["shared"]), prefill=True, info=info)
+            bcache, mask, nxt = encode_batch(engine, chunks, lay["shared"])
+            passes = chunk_passes(lay["shared"])
+            if 0 < p.get("select", 0) < len(chunks):
+                lp, answer = probe_pass(engine, bcache, mask, nxt, question, len(probe_tokens(engine, question)))
+                order = chunk_order(lp, answer, p.get("rank", "both"))
+                keep = pick_chunks(order, p["select"])
+                passes += 1
+                info.update(selected=keep, chunk_order=order)
+            cache = lay_end_to_end(engine, bcache, chunks, lay["shared"], keep)
+            del bcache
+            yield Step(forward_passes=passes, prefill=True, info=info)
             info = {}
         else:
             cache = run.cache
+        pos = max((len(chunks[i]) for i in keep), default=0)
         past = engine.cache_len(cache)
         ape = chunks and (p["temperature"] != 1.0 or p["scale"] != 1.0)
         blocks = (lambda: context_blocks(engine, lay["shared"], past, p["temperature"], p["scale"])) if ape \
