@@ -178,6 +178,12 @@ def test_eval_script_pieces(tiny_engine):
     assert [r["chunks"] for r in rows] == [2, 4] and [r["tokens"] for r in rows] == [128, 256]
     assert all(r["full_s"] > 0 and r["pcw_s"] > 0 and r["focus_s"] > 0 and r["kernel_full_s"] > 0 for r in rows)
     assert rows[0]["model"] == tiny_engine.name          # lengths within the model's context: the model itself
+    assert all(r["select_s"] > 0 and r["select_ratio"] == r["full_s"] / r["select_s"] for r in rows)
+    table = lc.timing_table(rows, tiny_engine)
+    body = [ln for ln in table if ln.startswith("| 1") or ln.startswith("| 2")]
+    assert "select=2 (s)" in table[2] and len(body) == 2 and all(ln.count("|") == 13 for ln in body)
+    said = lc.reading([], [], 64, rows)
+    assert any("`pcw+select=2`" in ln and f"{rows[-1]['select_s']:.1f} s" in ln for ln in said)
 
 
 def test_long_prompts_reach_the_strategies_that_read_them(tiny_engine, tmp_path, capsys):
