@@ -371,7 +371,8 @@ def prefill_cost(engine, window: int, multiples: list[int], repeats: int, with_f
                      "kernel_pcw_s": k_pcw, "kernel_ratio": k_full / k_pcw, "repeats": reps,
                      "full_peak_mb": mem_full.added_mb, "pcw_peak_mb": mem_pcw.added_mb, "model": big.name})
         print(f"  {L:6d} tokens ({m:2d}x window, {len(chunks):2d} chunks): full attention {full:8.2f} s  "
-              f"chunks {pcw:7.2f} s  ratio {full / pcw:5.2f}  select=2 {select:7.2f} s  focus {focus or float('nan'):7.2f} s  | kernel ratio "
+              f"chunks {pcw:7.2f} s  ratio {full / pcw:5.2f}  select=2 {select:7.2f} s  "
+              f"focus {focus or float('nan'):7.2f} s  | kernel ratio "
               f"{k_full / k_pcw:5.2f}  | peak +{mem_full.added_mb:.0f} / +{mem_pcw.added_mb:.0f} MB", flush=True)
     return rows
 
@@ -483,7 +484,8 @@ def timing_table(cost: list[dict], engine) -> list[str]:
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cost:
         out.append(f"| {c['tokens']} | {c['multiple']}x | {c['chunks']} | {c['full_s']:.2f} | {c['pcw_s']:.2f} | "
-                   f"**{c['ratio']:.2f}** | {_fmt(c.get('select_s'))} | {_fmt(c.get('select_ratio'))} | {_fmt(c['focus_s'])} | {_fmt(c['focus_ratio'])} | {c['kernel_ratio']:.2f} | "
+                   f"**{c['ratio']:.2f}** | {_fmt(c.get('select_s'))} | {_fmt(c.get('select_ratio'))} | "
+                   f"{_fmt(c['focus_s'])} | {_fmt(c['focus_ratio'])} | {c['kernel_ratio']:.2f} | "
                    f"{c['full_peak_mb']:.0f} / {c['pcw_peak_mb']:.0f} |")
     return out
 
