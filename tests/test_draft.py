@@ -164,3 +164,71 @@ def test_train_draft_end_to_end_on_a_small_model_and_resume(model_dir, tmp_path)
     assert DD.main(argv) == 0
     cfg = json.loads((tmp_path / "d" / D.CONFIG).read_text())
     assert cfg["steps"] == 5 and [c["step"] for c in cfg["curve"]] == [0, 3, 5]
+
+
+def test_soft_labels_are_the_targets_top_k_at_the_right_positions_and_cached(target, tmp_path):
+    """Soft labels from right-padded batches equal each row's own pass: the top-K of the target's full-vocabulary
+    softmax at positions first..len-2; a second call reads the cache instead of running the model."""
+    from paradec.training import draft_distill as DD
+    g = torch.Generator().manual_seed(3)
+    seqs = [(torch.randint(0, target.vocab_size, (n,), generator=g).tolist(), f) for n, f in ((9, 0), (5, 2), (12, 7))]
+    rows = DD.soft_labels(target, seqs, 4, tmp_path / "soft.pt", "test", batch=3)
+    for (ids, first), r in zip(seqs, rows):
+        with torch.no_grad():
+            lp = torch.log_softmax(target.model(input_ids=torch.tensor([ids])).logits[0].float(), -1)
+        v, t = lp[first:len(ids) - 1].topk(4, -1)
+        assert r["ids"] == ids and r["first"] == first and r["top_ids"].shape == (len(ids) - 1 - first, 4)
+        assert torch.equal(r["top_ids"].long(), t)
+        assert torch.allclose(r["top_p"].float(), v.exp(), atol=2e-3)
+    calls = []
+    hook = target.model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        again = DD.soft_labels(target, seqs[:2], 4, tmp_path / "soft.pt", "test")
+    finally:
+        hook.remove()
+    assert not calls and all(torch.equal(a["top_ids"], b["top_ids"]) for a, b in zip(again, rows))
+
+
+def test_soft_loss_renormalises_over_the_kept_vocabulary_and_trains(target):
+    """The soft loss is the cross-entropy against the target's top-K restricted to the draft's vocabulary and
+    renormalised; with one-hot targets it is the hard cross-entropy; positions with nothing kept are skipped;
+    a few optimiser steps lower it."""
+    from paradec.training import draft_distill as DD
+    kept = list(range(0, 300))
+    d = make_draft(target, kept)
+    ids = torch.tensor([[5, 17, 230, 44, 9, 301]])
+    bi, bj = torch.zeros(3, dtype=torch.long), torch.tensor([1, 2, 3])
+    top_ids = torch.tensor([[7, 400, 12], [50, 60, 70], [500, 501, 502]])     # row 3: nothing kept -> skipped
+    top_p = torch.tensor([[0.5, 0.3, 0.2], [1.0, 0.0, 0.0], [0.6, 0.3, 0.1]])
+    with torch.no_grad():
+        logq = torch.log_softmax(d.kept_logits(d.hidden(ids)[0, [1, 2]]).float(), -1)
+        want = -(0.5 / 0.7 * logq[0, 7] + 0.2 / 0.7 * logq[0, 12] + logq[1, 50]) / 2
+        got = DD.soft_loss(d, ids, bi, bj, top_ids, top_p)
+        hard = DD.step_loss(d, ids[:, :3], torch.tensor([[-100, -100, 50]]))
+        one = DD.soft_loss(d, ids, bi[:1], torch.tensor([2]), top_ids[1:2], top_p[1:2])
+    assert torch.allclose(got, want, atol=1e-5) and torch.allclose(one, hard, atol=1e-5)
+    opt = torch.optim.AdamW(d.trainable(), lr=1e-2)
+    first = float(DD.soft_loss(d, ids, bi, bj, top_ids, top_p).detach())
+    for _ in range(5):
+        opt.zero_grad()
+        DD.soft_loss(d, ids, bi, bj, top_ids, top_p).backward()
+        opt.step()
+    assert float(DD.soft_loss(d, ids, bi, bj, top_ids, top_p).detach()) < first - 0.1
+
+
+@pytest.mark.slow
+def test_train_draft_on_soft_targets_with_corpus_windows(model_dir, tmp_path):
+    """`train draft --soft-top K --corpus-windows N`: the target labels its answers and N corpus windows with its
+    top-K probabilities (cached in the work folder), the draft trains on them, and the card says so."""
+    from paradec.training import draft_distill as DD
+    argv = ["--model", str(model_dir), "--intermediate", "64", "--vocab", "400", "--steps", "2", "--batch", "2",
+            "--prompts", "9", "--eval-prompts", "9", "--gen-tokens", "8", "--gen-batch", "9", "--eval-every", "2",
+            "--calib-rows", "2", "--fill-chars", "20000", "--soft-top", "4", "--corpus-windows", "3",
+            "--max-len", "64", "--teacher-dtype", "float32", "--out", str(tmp_path / "d"),
+            "--work", str(tmp_path / "w")]
+    assert DD.main(argv) == 0
+    cfg = json.loads((tmp_path / "d" / D.CONFIG).read_text())
+    assert cfg["steps"] == 2 and cfg["complete"] and "top-4 next-token probabilities" in cfg["data"]
+    assert "3 windows of up to 64 tokens" in cfg["data"]
+    corpus = torch.load(tmp_path / "w" / "soft_corpus_float32.pt")
+    assert len(corpus["rows"]) == 3 and all(r["top_ids"].shape[1] == 4 for r in corpus["rows"].values())

@@ -15,6 +15,13 @@ load time, so the folder holds only the layers (bfloat16, tens of MB).
    the kept vocabulary, AdamW with warm-up and cosine decay, checkpointed every --ckpt-every steps
    (resumable); the draft's acceptance on held-out answers (greedy: draft argmax == target token, i.e. the
    per-token acceptance of greedy sps) measured every --eval-every steps and stored as "curve".
+   With `--soft-top K` the targets are soft instead: the target (in `--teacher-dtype`, bfloat16 by default)
+   reads each answer once, teacher-forced, and its K most probable next tokens with their probabilities label
+   every answer position; `--corpus-windows N` adds N windows of the training corpus (standard-library text and
+   its docstring conversations, training modules only) labelled the same way, `--corpus-share` of each batch.
+   The loss is the cross-entropy against that top-K restricted to the kept vocabulary and renormalised there.
+   One teacher-forced pass labels a few hundred positions where generation gives one token per pass, so the
+   draft sees far more of the target's behaviour for the same CPU time.
 """
 from __future__ import annotations
 
@@ -98,6 +105,110 @@ def step_loss(draft: D.Draft, ids: torch.Tensor, labels: torch.Tensor) -> torch.
     return torch.nn.functional.cross_entropy(logits.float(), tgt[keep])
 
 
+def corpus_windows(engine, n: int, max_len: int, seed: int) -> list[list[int]]:
+    """`n` token windows (at most max_len tokens) of the training corpus: raw standard-library text and its
+    chat-formatted docstring / outline conversations, training modules only (paradec.training.corpus; the
+    suites are never read), at most two windows per text, in a seeded random order."""
+    from .ptp_train import _corpus
+    c = _corpus()
+    texts = list(c.train_raw)
+    tok = engine.tokenizer
+    if engine.has_chat_template:
+        texts += [tok.apply_chat_template(m, tokenize=False) for m in c.train_chat]
+    random.Random(seed).shuffle(texts)
+    out = []
+    for text in texts:
+        if len(out) >= n:
+            break
+        ids = tok(text[:max_len * 16], add_special_tokens=False)["input_ids"]
+        for w in range(min(2, len(ids) // max_len + (len(ids) % max_len >= 32))):
+            win = ids[w * max_len:(w + 1) * max_len]
+            if len(win) >= 32:
+                out.append(win)
+    return out[:n]
+
+
+@torch.no_grad()
+def soft_labels(engine, seqs: list[tuple[list[int], int]], top: int, cache: Path, label: str,
+                batch: int = 8) -> list[dict]:
+    """The target's `top` most probable next tokens and their probabilities (over its full vocabulary) at every
+    position from `first` to the second-to-last of each (ids, first): one teacher-forced pass per row instead of
+    one sampled token, the draft's soft targets. Cached in `cache` per (ids, first), saved as it goes."""
+    from tqdm import tqdm
+    key = {"model": engine.name, "top": top}
+    have = {}
+    if cache.exists():
+        saved = torch.load(cache)
+        if saved.get("key") == key:
+            have = saved["rows"]
+    todo = sorted({(tuple(ids), first) for ids, first in seqs if (tuple(ids), first) not in have},
+                  key=lambda x: len(x[0]))
+
+    def save():
+        tmp = cache.with_name(cache.name + ".tmp")
+        torch.save({"key": key, "rows": have}, tmp)
+        tmp.replace(cache)
+    head = engine.model.get_output_embeddings()
+    last = time.time()
+    for b in tqdm(range(0, len(todo), batch), desc=f"target soft labels ({label})", file=sys.stderr,
+                  mininterval=10):
+        part = todo[b:b + batch]
+        L = max(len(ids) for ids, _f in part)
+        x = torch.zeros(len(part), L, dtype=torch.long)
+        for i, (ids, _f) in enumerate(part):
+            x[i, :len(ids)] = torch.tensor(ids)       # right padding: causal attention never reads it
+        h = D._decoder(engine.model)(input_ids=x.to(engine.device), use_cache=False).last_hidden_state
+        for i, (ids, first) in enumerate(part):
+            lp = torch.log_softmax(head(h[i, first:len(ids) - 1]).float(), -1)
+            v, t = lp.topk(top, -1)
+            have[(ids, first)] = {"top_ids": t.to(torch.int32).cpu(), "top_p": v.exp().to(torch.float16).cpu()}
+        if time.time() - last > 120:
+            save()
+            last = time.time()
+    if todo:
+        save()
+    return [{"ids": list(ids), "first": first, **have[(tuple(ids), first)]} for ids, first in seqs]
+
+
+def answer_span(r: dict, max_len: int) -> tuple[list[int], int]:
+    """An answer row as (ids, first): the last max_len tokens of prompt + answer, and the first position whose
+    next token is an answer token."""
+    seq = (list(r["prompt"]) + list(r["completion"]))[-max_len:]
+    return seq, max(0, len(seq) - len(r["completion"]) - 1)
+
+
+def soft_batches(groups: list[tuple[list[dict], float]], batch: int, rng: random.Random):
+    """Endless batches mixing soft-labelled rows from `groups` [(rows, share)]: ids (B, L), the labelled
+    (row, position) pairs, their top ids (N, K) and probabilities (N, K)."""
+    shares = [s for _r, s in groups]
+    while True:
+        pick = [rng.choice(groups[rng.choices(range(len(groups)), shares)[0]][0]) for _ in range(batch)]
+        L = max(len(r["ids"]) for r in pick)
+        ids = torch.zeros(len(pick), L, dtype=torch.long)
+        bi, bj, ti, tp = [], [], [], []
+        for i, r in enumerate(pick):
+            ids[i, :len(r["ids"])] = torch.tensor(r["ids"])
+            n = len(r["top_ids"])
+            bi.append(torch.full((n,), i, dtype=torch.long))
+            bj.append(torch.arange(r["first"], r["first"] + n))
+            ti.append(r["top_ids"])
+            tp.append(r["top_p"])
+        yield ids, torch.cat(bi), torch.cat(bj), torch.cat(ti).long(), torch.cat(tp).float()
+
+
+def soft_loss(draft: D.Draft, ids, bi, bj, top_ids, top_p) -> torch.Tensor:
+    """Cross-entropy of the draft against the target's top-K distribution restricted to the draft's kept
+    vocabulary and renormalised there (positions whose top-K lies wholly outside it are skipped)."""
+    h = draft.hidden(ids)[bi, bj]
+    logq = torch.log_softmax(draft.kept_logits(h).float(), -1)
+    kid = draft.to_kept(top_ids)
+    p = top_p * (kid >= 0)
+    s = p.sum(-1, keepdim=True)
+    ok = s[:, 0] > 0
+    p = p[ok] / s[ok]
+    return -(p * logq[ok].gather(-1, kid[ok].clamp(min=0))).sum(-1).mean()
+
+
 @torch.no_grad()
 def acceptance(draft: D.Draft, rows: list[dict], max_len: int) -> dict:
     """Per-token agreement on held-out answers: draft argmax (over its kept vocabulary) == the target's token,
@@ -127,6 +238,30 @@ def acceptance(draft: D.Draft, rows: list[dict], max_len: int) -> dict:
     return res
 
 
+def soft_data(args, engine, rows: list[dict], work: Path) -> tuple[list, str]:
+    """Soft-labelled training rows: the target's answers and `--corpus-windows` corpus windows, each position
+    labelled with the target's top `--soft-top` next tokens (in `--teacher-dtype`). Returns the mixture's
+    groups [(rows, share)] and a line for the card."""
+    from ..engine import Engine
+    dt = args.teacher_dtype
+    teach = engine if dt == str(engine.dtype).replace("torch.", "") else Engine.load(args.model, dtype=dt)
+    t0 = time.time()
+    ans = soft_labels(teach, [answer_span(r, args.max_len) for r in rows], args.soft_top,
+                      work / f"soft_answers_{dt}.pt", "answers")
+    groups = [(ans, 1.0 - args.corpus_share if args.corpus_windows else 1.0)]
+    if args.corpus_windows:
+        wins = corpus_windows(teach, args.corpus_windows, args.max_len, args.seed)
+        cor = soft_labels(teach, [(w, 0) for w in wins], args.soft_top, work / f"soft_corpus_{dt}.pt", "corpus")
+        groups.append((cor, args.corpus_share))
+    desc = (f"soft targets: the target's top-{args.soft_top} next-token probabilities ({dt}) at every answer "
+            f"position" + (f", and at every position of {len(groups[-1][0])} windows of up to {args.max_len} tokens "
+                           f"of the training corpus (standard-library text and its docstring conversations, "
+                           f"training modules only), {args.corpus_share:.0%} of each batch" if args.corpus_windows
+                           else "") + f"; labelling took {(time.time() - t0) / 60:.1f} min (0 when cached)")
+    print(desc, file=sys.stderr, flush=True)
+    return groups, desc
+
+
 def train(args) -> Path:
     from tqdm import tqdm
 
@@ -150,7 +285,8 @@ def train(args) -> Path:
     layers = [int(x) for x in args.layers.split(",")]
     ckpt = work / "draft_checkpoint.pt"
     st = checkpoint.load(ckpt)
-    struct = {"layers": layers, "intermediate": args.intermediate, "kept": kept}
+    struct = {"layers": layers, "intermediate": args.intermediate, "kept": kept, "soft_top": args.soft_top,
+              "corpus_windows": args.corpus_windows, "corpus_share": args.corpus_share}
     if st is not None and st.get("struct") == struct:
         draft = D.Draft.from_state(engine, st["config"], st["draft"], kept)
         print(f"resuming from step {st['step']}", file=sys.stderr)
@@ -169,7 +305,12 @@ def train(args) -> Path:
         step, curve, elapsed = st["step"], st["curve"], st["elapsed"]
         torch.set_rng_state(st["torch_rng"])
     rng = random.Random(args.seed * 1000 + step)
-    data = batches(rows, args.batch, args.max_len, rng)
+    if args.soft_top:
+        groups, soft_desc = soft_data(args, engine, rows, work)
+        data_desc = f"{data_desc}; {soft_desc}"
+        data = soft_batches(groups, args.batch, rng)
+    else:
+        data = batches(rows, args.batch, args.max_len, rng)
 
     def lr_at(s):
         if s < args.warmup:
@@ -200,8 +341,7 @@ def train(args) -> Path:
         ts = time.time()
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        ids, labels = next(data)
-        loss = step_loss(draft, ids, labels)
+        loss = soft_loss(draft, *next(data)) if args.soft_top else step_loss(draft, *next(data))
         checkpoint.optimizer_step(loss, params, opt)
         loss = loss.detach()
         step += 1
@@ -271,6 +411,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-len", type=int, default=256)
     p.add_argument("--lr", type=float, default=6e-4)
     p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--soft-top", type=int, default=0,
+                   help="train on the target's top-K next-token probabilities at every position (one teacher-forced "
+                        "pass per row) instead of its sampled tokens; 0 = the tokens")
+    p.add_argument("--corpus-windows", type=int, default=0,
+                   help="with --soft-top: also this many training-corpus windows labelled by the target")
+    p.add_argument("--corpus-share", type=float, default=0.5, help="share of each batch drawn from those windows")
+    p.add_argument("--teacher-dtype", default="bfloat16", help="dtype of the target when it labels (--soft-top)")
     p.add_argument("--prompts", type=int, default=288, help="training prompts answered by the target")
     p.add_argument("--eval-prompts", type=int, default=36)
     p.add_argument("--max-prompt", type=int, default=320, help="prompt tokens kept (the tail)")
