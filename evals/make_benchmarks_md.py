@@ -515,6 +515,15 @@ rate, the other 8-12 in the rest of the pass (norms, rotary, attention, the Pyth
 """
 
 
+def soft_draft_line() -> str:
+    """A pointer to the soft-target draft experiment (docs/bench/draft-soft-targets.md), with its verdict line."""
+    page = B / "draft-soft-targets.md"
+    if not page.exists():
+        return ""
+    head = page.read_text().splitlines()[0].lstrip("# ")
+    return f"{head}: [docs/bench/draft-soft-targets.md](docs/bench/draft-soft-targets.md).\n"
+
+
 def default_part() -> str:
     """The default model's section: a summary over the per-suite runs (docs/bench/default-SUITE.md) and the runs."""
     have, lines, gen_ratios, mism_total, fracs = summary_table("default")
@@ -667,6 +676,7 @@ on this CPU; held-out per-token acceptance (greedy) **{acc.get('greedy')}**. Its
 (`python evals/draft_cost.py`):
 
 {draft_cost}
+{soft_draft_line()}
 {("Skeleton-of-Thought on the list-style suite (same run as the `lists` row above):" + chr(10) + chr(10) + sot_rows) if sot_rows else ""}
 
 {ptp_part}
