@@ -74,24 +74,24 @@ def coverage(rows: list[dict], kept: list[int]) -> float:
     return sum(t in s for t in toks) / max(1, len(toks))
 
 
+def answer_span(r: dict, max_len: int) -> tuple[list[int], int]:
+    """An answer row as (ids, first): the last max_len tokens of prompt + answer, and the first position whose
+    next token is an answer token."""
+    seq = (list(r["prompt"]) + list(r["completion"]))[-max_len:]
+    return seq, max(0, len(seq) - len(r["completion"]) - 1)
+
+
 def batches(rows: list[dict], batch: int, max_len: int, rng: random.Random):
     """Endless right-padded batches: ids (B, L), labels (B, L) = the next token where it is an answer token."""
     while True:
-        pick = [rng.choice(rows) for _ in range(batch)]
-        seqs, starts = [], []
-        for r in pick:
-            seq = (list(r["prompt"]) + list(r["completion"]))[-max_len:]
-            seqs.append(seq)
-            starts.append(max(0, len(seq) - len(r["completion"])))
-        L = max(len(s) for s in seqs)
-        ids = torch.zeros(len(seqs), L, dtype=torch.long)
-        labels = torch.full((len(seqs), L), -100, dtype=torch.long)
-        for i, (s, a) in enumerate(zip(seqs, starts)):
-            ids[i, :len(s)] = torch.tensor(s)
+        spans = [answer_span(rng.choice(rows), max_len) for _ in range(batch)]
+        L = max(len(s) for s, _f in spans)
+        ids = torch.zeros(len(spans), L, dtype=torch.long)
+        labels = torch.full((len(spans), L), -100, dtype=torch.long)
+        for i, (s, first) in enumerate(spans):
             t = torch.tensor(s)
-            lab = torch.full((len(s),), -100, dtype=torch.long)
-            lab[max(0, a - 1):len(s) - 1] = t[max(1, a):]
-            labels[i, :len(s)] = lab
+            ids[i, :len(s)] = t
+            labels[i, first:len(s) - 1] = t[first + 1:]
         yield ids, labels
 
 
@@ -121,10 +121,7 @@ def corpus_windows(engine, n: int, max_len: int, seed: int) -> list[list[int]]:
         if len(out) >= n:
             break
         ids = tok(text[:max_len * 16], add_special_tokens=False)["input_ids"]
-        for w in range(min(2, len(ids) // max_len + (len(ids) % max_len >= 32))):
-            win = ids[w * max_len:(w + 1) * max_len]
-            if len(win) >= 32:
-                out.append(win)
+        out += [win for win in (ids[:max_len], ids[max_len:2 * max_len]) if len(win) >= 32]
     return out[:n]
 
 
@@ -170,13 +167,6 @@ def soft_labels(engine, seqs: list[tuple[list[int], int]], top: int, cache: Path
     return [{"ids": list(ids), "first": first, **have[(tuple(ids), first)]} for ids, first in seqs]
 
 
-def answer_span(r: dict, max_len: int) -> tuple[list[int], int]:
-    """An answer row as (ids, first): the last max_len tokens of prompt + answer, and the first position whose
-    next token is an answer token."""
-    seq = (list(r["prompt"]) + list(r["completion"]))[-max_len:]
-    return seq, max(0, len(seq) - len(r["completion"]) - 1)
-
-
 def soft_batches(groups: list[tuple[list[dict], float]], batch: int, rng: random.Random):
     """Endless batches mixing soft-labelled rows from `groups` [(rows, share)]: ids (B, L), the labelled
     (row, position) pairs, their top ids (N, K) and probabilities (N, K)."""
@@ -219,11 +209,10 @@ def acceptance(draft: D.Draft, rows: list[dict], max_len: int) -> dict:
         sel = [r for r in rows if bool(r["greedy"]) == g and r["completion"]]
         hit = tot = 0
         for r in sel:
-            seq = (list(r["prompt"]) + list(r["completion"]))[-max_len:]
-            a = len(seq) - len(r["completion"])
+            seq, first = answer_span(r, max_len)
             h = draft.hidden(torch.tensor([seq]))[0]
-            pred = draft.kept_ids[draft.kept_logits(h[max(0, a - 1):len(seq) - 1]).argmax(-1)]
-            tgt = torch.tensor(seq[max(1, a):])
+            pred = draft.kept_ids[draft.kept_logits(h[first:len(seq) - 1]).argmax(-1)]
+            tgt = torch.tensor(seq[first + 1:])
             n_hit = int((pred == tgt).sum())
             hit += n_hit
             tot += len(tgt)
@@ -438,7 +427,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.soft_top < 0 or args.corpus_windows < 0:
+        parser.error("--soft-top and --corpus-windows must be >= 0")
+    if args.corpus_windows and not args.soft_top:
+        parser.error("--corpus-windows needs --soft-top K: the corpus windows are labelled by the target's top-K")
+    if not 0.0 < args.corpus_share < 1.0:
+        parser.error(f"--corpus-share must lie strictly between 0 and 1, got {args.corpus_share}")
     args.argv = list(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
