@@ -16,6 +16,7 @@ from paradec.engine import ModelError
 from paradec.sampling import SamplingParams, UStream, process
 from paradec.strategies import Request, RequestError, get
 from paradec.strategies import speculative
+from paradec.strategies.speculative import K_MAX, K_MIN, best_k
 from paradec.strategies.lookahead import NgramPool, layout
 from paradec.strategies.prompt_lookup import ContextIndex, lookup
 from paradec.testing import random_engine
@@ -203,10 +204,12 @@ def test_greedy_equals_ar(target, other_draft, name):
         with_draft(target, other_draft)
     elif name == "sps-self":
         with_draft(target, target)
+    # a draft as dear as its target: the cost rule would keep k at 1, transformers' rule lets it grow
+    params = {"rule": "transformers"} if name == "sps-self" else {}
     totals = {"passes": 0, "tokens": 0, "accepted": 0, "drafted": 0}
     for i, prompt in enumerate(PROMPTS):
         ref, _ = run(target, "ar", prompt, ignore_eos=bool(i % 2))
-        got, steps = run(target, strategy, prompt, ignore_eos=bool(i % 2))
+        got, steps = run(target, strategy, prompt, ignore_eos=bool(i % 2), params=params)
         assert got == ref, (name, prompt)
         assert all(s.forward_passes == 1 for s in steps) and steps[0].prefill
         assert not any(s.prefill for s in steps[1:])
@@ -224,14 +227,56 @@ def test_greedy_equals_ar(target, other_draft, name):
 
 def test_sps_counts_draft_passes_and_adapts_k(target, other_draft):
     with_draft(target, other_draft)
-    _, steps = run(target, "sps", PROMPTS[1])
+    hf_rule = {"rule": "transformers"}
+    _, steps = run(target, "sps", PROMPTS[1], params=hf_rule)
     assert [s.info["k"] for s in steps[:3]] == [4, 3, 2]          # rejected: k shrinks by one
     assert all(s.draft_passes == s.drafted == s.info["k"] for s in steps)
     with_draft(target, target)
-    _, steps = run(target, "sps", PROMPTS[1], max_new_tokens=60)
+    _, steps = run(target, "sps", PROMPTS[1], max_new_tokens=60, params=hf_rule)
     assert [s.info["k"] for s in steps[:3]] == [4, 6, 8]          # all accepted: k grows by two
     _, steps = run(target, "sps", PROMPTS[1], params={"k": 3, "adaptive": False})
     assert {s.info["k"] for s in steps[:-3]} == {3} and sum(map(len, (s.token_ids for s in steps))) == 40
+
+
+def test_best_k_weighs_acceptance_against_pass_costs():
+    flat = lambda w: 1.0                                           # noqa: E731 - a verify pass of any width
+    ks = [best_k(a, flat, 0.05) for a in (0.05, 0.2, 0.4, 0.6, 0.8, 0.95)]
+    assert ks == sorted(ks) and ks[0] == K_MIN and ks[-1] > 8      # more acceptance, longer drafts
+    assert best_k(0.99, flat, 0.0) == K_MAX                        # free drafts, certain acceptance: draft all
+    assert best_k(0.5, flat, 0.5) == K_MIN                         # a draft pass costing half a target pass
+    steep = lambda w: 1.0 if w <= 5 else 3.0                       # noqa: E731 - wide passes compute-bound
+    assert best_k(0.9, steep, 0.01) == 4                           # k + 1 = 5 positions, the widest cheap pass
+    # the choice is the argmax of expected tokens per second over every k
+    speed = lambda k: sum(0.7 ** i for i in range(k + 1)) / (steep(k + 1) + 0.02 * k)   # noqa: E731
+    assert speed(best_k(0.7, steep, 0.02)) == max(speed(k) for k in range(K_MIN, K_MAX + 1))
+
+
+def test_sps_cost_rule_follows_acceptance(target, other_draft):
+    """The default rule: its k falls to 1 when proposals are rejected and grows when every one is accepted, with
+    the pass costs it finds on the engines (here set: flat target passes, drafts at 5% of one); ar's output
+    either way. Without stored costs it measures them once per engine."""
+    ref, _ = run(target, "ar", PROMPTS[1], max_new_tokens=60)
+    for e in (target, other_draft):
+        e.extras.pop("pass_costs", None)
+    with_draft(target, other_draft)
+    got, _ = run(target, "sps", PROMPTS[1], max_new_tokens=20)
+    assert got == ref[:20]
+    assert set(speculative.COST_WIDTHS) <= set(target.extras["pass_costs"]["plain"])
+    assert 1 in other_draft.extras["pass_costs"]["plain"]
+
+    target.extras["pass_costs"] = {"plain": {w: 1.0 for w in speculative.COST_WIDTHS}}
+    other_draft.extras["pass_costs"] = {"plain": {1: 0.05}}
+    got, steps = run(target, "sps", PROMPTS[1], max_new_tokens=60)
+    assert got == ref
+    low = [s.info["k"] for s in steps[1:-1]]             # a random draft: now and then one proposal is right
+    self_draft = copy.copy(target)                   # the target's own weights, priced as a cheap draft
+    self_draft.extras = {"pass_costs": {"plain": {1: 0.05}}}
+    with_draft(target, self_draft)
+    got, steps = run(target, "sps", PROMPTS[1], max_new_tokens=60)
+    assert got == ref
+    high = [s.info["k"] for s in steps[1:-1]]
+    assert max(low) <= 2 and sum(low) / len(low) < 1.5 and min(high) >= 4 and max(high) >= 12
+    target.extras.pop("pass_costs")
 
 
 def test_repetitive_output_is_accelerated(looping):
@@ -338,8 +383,8 @@ def test_eos_inside_an_accepted_draft_ends_the_output(target):
     eng = copy.copy(target)
     eng.eos_ids = {ref[cut]}
     eng.extras = {"draft": target}
-    for name in ["ar", "sps"]:
-        got, steps = run(eng, name, PROMPTS[1], ignore_eos=False)
+    for name, params in [("ar", {}), ("sps", {"rule": "transformers"})]:     # k grows (a self-draft is dear)
+        got, steps = run(eng, name, PROMPTS[1], ignore_eos=False, params=params)
         assert got == ref[:cut] and steps[-1].finish_reason == "eos", name
     assert steps[-1].drafted > len(steps[-1].token_ids)          # the last sps step was cut short
 

@@ -4,8 +4,13 @@ Each step: the draft model proposes k tokens one at a time with its own KV cache
 target forward pass over the uncached tokens plus the k proposals scores all k+1 positions. Greedy requests
 keep the longest prefix equal to the target's argmax (output == `ar`); sampled requests use rejection
 sampling (`verification.rejection`), which leaves the output distributed exactly as the target's. Both
-caches are cropped back to the accepted tokens. With `adaptive` on, k follows transformers' heuristic:
-+2 after a step where every proposal was accepted, -1 otherwise, kept within 1..16.
+caches are cropped back to the accepted tokens. With `adaptive` on, k changes after every step by one of two rules
+(`rule`): "cost" (the default) keeps a running estimate of the per-token acceptance rate (counts of accepted and
+rejected proposals, the older ones decayed) and takes the k that maximises the expected tokens per second, with
+(1 - a^(k+1)) / (1 - a) tokens expected from a step that costs one target pass over k+1 positions plus k draft
+passes, both costs measured on this engine (paradec/passcost.py): on a CPU a draft pass is a sizeable share of a
+target pass and wide target passes can cost more than narrow ones, which transformers' rule, "transformers", does
+not see: +2 after a step where every proposal was accepted, -1 otherwise. Both keep k within 1..16.
 
 Invariant between steps: `seq` is prompt + output; each cache holds a prefix of `seq` and the rest of `seq`
 (at least its last token) is fed on the next pass.
@@ -24,6 +29,9 @@ from ..sampling import argmax, process
 from .base import Param, Request, RequestError, Run, Strategy, register
 
 K_MIN, K_MAX = 1, 16
+DECAY = 0.8               # "cost" rule: weight of the acceptance counts one step older
+PRIOR = (1.0, 1.0)        # "cost" rule: (accepted, rejected) counts before the first step
+COST_WIDTHS = (1, 2, 3, 4, 5, 6, 8, 10, 13, 17)    # target pass widths measured (the rest interpolated)
 TRAIN_DRAFT = "train it: python -m paradec train draft --model MODEL"
 
 
@@ -71,13 +79,21 @@ def configure_drafts(engine, specs) -> dict[str, str]:
 
 
 def preload_drafts(engine) -> None:
-    """Load every configured draft (and the profile's default) now, before any request thread needs one."""
-    for name in engine.extras.get("draft_choices") or {}:
-        draft_model(engine, Request(params={"draft": name}))
+    """Load every configured draft (and the profile's default) now, and measure the pass costs the "cost" rule
+    reads, before any request thread needs them."""
+    drafts = [draft_model(engine, Request(params={"draft": name})) for name in engine.extras.get("draft_choices") or {}]
     try:
-        draft_model(engine)
+        drafts.append(draft_model(engine))
     except NoDraft:
         pass
+    for d in drafts:
+        pass_costs(engine, d)
+
+
+def pass_costs(engine, draft) -> tuple[dict[int, float], float]:
+    """(target pass costs at COST_WIDTHS, one draft pass's cost), measured once per engine (paradec/passcost.py)."""
+    from .. import passcost
+    return passcost.pass_costs(engine, COST_WIDTHS), passcost.pass_costs(draft, [1])[1]
 
 
 def check_draft_name(engine, name: str) -> None:
@@ -146,6 +162,39 @@ def fit_vocab(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return torch.cat([logits, pad], -1)
 
 
+def best_k(rate: float, target_cost, draft_cost: float, k_max: int = K_MAX) -> int:
+    """The k in K_MIN..k_max with the most expected tokens per second when each proposal is accepted with
+    probability `rate` (given the ones before it): (1 - rate^(k+1)) / (1 - rate) tokens from a step costing
+    target_cost(k + 1) + k * draft_cost seconds."""
+    best, best_k_ = -1.0, K_MIN
+    for k in range(K_MIN, max(K_MIN, k_max) + 1):
+        tokens = sum(rate ** i for i in range(k + 1))
+        speed = tokens / (target_cost(k + 1) + k * draft_cost)
+        if speed > best:
+            best, best_k_ = speed, k
+    return best_k_
+
+
+class CostRule:
+    """The "cost" rule: decayed counts of accepted and rejected proposals give the acceptance rate; `best_k`
+    turns it into the next k with the pass costs measured on the target and on the draft."""
+
+    def __init__(self, engine, draft):
+        from ..passcost import cost_at
+        tc, self.draft_cost = pass_costs(engine, draft)
+        self.target_cost = lambda w: cost_at(tc, w)
+        self.accepted, self.rejected = PRIOR
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / (self.accepted + self.rejected)
+
+    def next_k(self, drafted: int, accepted: int) -> int:
+        self.accepted = DECAY * self.accepted + accepted
+        self.rejected = DECAY * self.rejected + (accepted < drafted)
+        return best_k(self.rate, self.target_cost, self.draft_cost)
+
+
 @register
 class SpeculativeSampling(Strategy):
     name = "sps"
@@ -153,7 +202,10 @@ class SpeculativeSampling(Strategy):
     lossless = True
     params = {
         "k": Param(4, int, K_MIN, K_MAX, help="tokens drafted per step (the start value when adaptive)"),
-        "adaptive": Param(True, bool, help="+2 after a fully accepted step, -1 otherwise (transformers' rule)"),
+        "adaptive": Param(True, bool, help="change k after every step by `rule`"),
+        "rule": Param("cost", str, choices=("cost", "transformers"),
+                      help="cost: the k with the most expected tokens/s from the running acceptance rate and "
+                           "measured pass costs; transformers: +2 after a fully accepted step, -1 otherwise"),
         "draft": Param("", str, help="draft model with the same tokenizer: on a server, the name of one its operator "
                                      "configured (serve --draft); in process, a model folder (default: the model "
                                      "profile's draft)"),
@@ -186,6 +238,7 @@ class SpeculativeSampling(Strategy):
         seq = list(run.ids)
         dcache = draft.new_cache()
         k, prefill = p["k"], True
+        rule = CostRule(engine, draft) if p["adaptive"] and p["rule"] == "cost" else None
         while True:
             kk = max(0, min(k, out.budget - len(out.ids) - 1))   # the last budget token comes free
             proposals, qs = [], []
@@ -218,5 +271,7 @@ class SpeculativeSampling(Strategy):
             if out.done:
                 return
             prefill = False
-            if p["adaptive"] and kk:
+            if rule is not None and kk:
+                k = rule.next_k(kk, v.accepted)
+            elif p["adaptive"] and kk:
                 k = min(K_MAX, k + 2) if v.accepted == kk else max(K_MIN, k - 1)

@@ -1,0 +1,96 @@
+"""Compare `sps`'s k rules (and fixed k) on this machine by measurement, on held-out TRAINING prompts.
+
+Runs `ar` and `sps` under each configuration on held-out training prompts (paradec.training.prompts, split
+"heldout": disjoint from evals/suites and from the prompts the draft was trained on), greedy, batch 1, in one
+process, the configurations interleaved prompt by prompt (so a slow spell of the machine does not land on one),
+and prints per configuration: tokens per target pass, draft passes per token, tokens/s and the speed-up over ar
+in the same run. Every sps output is checked token for token against ar. The benchmark suites are never read.
+
+    python evals/sps_tune.py [--model M] [--draft FOLDER] [--prompts 12] [--max-new-tokens 64]
+        [--configs '{"rule": "cost"};{"rule": "transformers"};{"adaptive": false, "k": 2}']
+        [--markdown docs/bench/sps_tune.md]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from paradec.engine import Engine, cpu_name  # noqa: E402
+from paradec.race import run_alone  # noqa: E402
+from paradec.strategies import Request  # noqa: E402
+from paradec.training.prompts import training_prompts  # noqa: E402
+
+CONFIGS = '{"rule": "cost"};{"rule": "transformers"};{"adaptive": false, "k": 1};{"adaptive": false, "k": 2};' \
+          '{"adaptive": false, "k": 4}'
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model")
+    ap.add_argument("--draft", default="", help="draft folder (default: the model's shipped draft)")
+    ap.add_argument("--prompts", type=int, default=12)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--configs", default=CONFIGS, help="sps parameter sets (JSON objects) separated by ';'")
+    ap.add_argument("--seed", type=int, default=23)
+    ap.add_argument("--markdown")
+    args = ap.parse_args(argv)
+    configs = [json.loads(c) for c in args.configs.split(";") if c.strip()]
+    if args.draft:
+        configs = [{**c, "draft": args.draft} for c in configs]
+    e = Engine.load(args.model)
+    prompts = training_prompts(args.prompts, args.seed, "heldout")
+    reqs = [Request(messages=p["messages"], max_new_tokens=args.max_new_tokens) for p in prompts]
+    warm = Request(messages=prompts[0]["messages"], max_new_tokens=8)    # weights packed, pass costs measured
+    run_alone(e, "ar", warm)
+    for c in configs:
+        run_alone(e, "sps", warm, c)
+    names = ["ar"] + [json.dumps({k: v for k, v in c.items() if k != "draft"}) for c in configs]
+    lanes = {n: [] for n in names}
+    for r in reqs:
+        lanes["ar"].append(run_alone(e, "ar", r))
+        for n, c in zip(names[1:], configs):
+            lanes[n].append(run_alone(e, "sps", r, c))
+    ar_tok = sum(len(x.token_ids) for x in lanes["ar"])
+    ar_speed = ar_tok / sum(x.clock for x in lanes["ar"])
+    rows = []
+    for n in names[1:]:
+        ls = lanes[n]
+        bad = [x.error for x in ls if x.error]
+        if bad:
+            raise SystemExit(f"sps {n}: {bad[0]}")
+        toks = sum(len(x.token_ids) for x in ls)
+        passes = sum(s.forward_passes for x in ls for s in x.steps)
+        drafts = sum(s.draft_passes for x in ls for s in x.steps)
+        speed = toks / sum(x.clock for x in ls)
+        rows.append({"config": n, "tokens_per_pass": toks / passes, "draft_passes_per_token": drafts / toks,
+                     "tok_s": speed, "speedup": speed / ar_speed,
+                     "mismatches": sum(x.token_ids != a.token_ids for x, a in zip(ls, lanes["ar"]))})
+        print(rows[-1], flush=True)
+    draft = args.draft or "the shipped draft"
+    lines = [f"# sps k rules on this machine ({cpu_name()}, {e.device}, {e.dtype}, {torch.get_num_threads()} "
+             f"threads, {datetime.date.today()})", "",
+             f"`python evals/sps_tune.py {shlex.join(argv if argv is not None else sys.argv[1:])}`: {len(reqs)} "
+             f"held-out training prompts (not the benchmark suites), greedy, {args.max_new_tokens} new tokens, "
+             f"batch 1, draft: {draft}. ar: {ar_speed:.2f} tokens/s in the same run.", "",
+             "| sps parameters | tokens/pass | draft passes/token | tokens/s | speed-up vs ar | mismatches vs ar |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| `{r['config']}` | {r['tokens_per_pass']:.2f} | {r['draft_passes_per_token']:.2f} | "
+                     f"{r['tok_s']:.2f} | {r['speedup']:.2f}× | {r['mismatches']} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.markdown:
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.markdown).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
