@@ -672,7 +672,9 @@ goal: within 5%:
 **The draft** (`sps`, `hf-assisted`): distilled here, `data/drafts/qwen2.5-coder-0.5b-instruct/` (card beside it):
 target layers {card.get('source_layers')} with MLPs pruned to {card.get('intermediate_size')} neurons, a
 {card.get('kept_tokens')}-token vocabulary, {card.get('steps')} steps, {card.get('train_minutes')} min of training
-on this CPU; held-out per-token acceptance (greedy) **{acc.get('greedy')}**. Its cost against the target
+on {card.get('hardware')}; held-out per-token acceptance (greedy) **{acc.get('greedy')}**, sampled
+**{acc.get('sampled')}**. `sps` picks k after every step from its running acceptance rate and the measured pass
+costs ([docs/bench/sps-rules.md](docs/bench/sps-rules.md)). The draft's cost against the target
 (`python evals/draft_cost.py`):
 
 {draft_cost}
