@@ -279,6 +279,38 @@ def test_sps_cost_rule_follows_acceptance(target, other_draft):
     target.extras.pop("pass_costs")
 
 
+def test_cost_rule_falls_back_to_plain_steps_and_probes(target, other_draft):
+    target.extras["pass_costs"] = {"plain": {w: 1.0 for w in speculative.COST_WIDTHS}}
+    other_draft.extras["pass_costs"] = {"plain": {1: 0.3}}           # a draft pass at 0.3 of a target pass
+    rule = speculative.CostRule(target, other_draft)
+    ks = [rule.next_k(1, 0) for _ in range(3)]                          # every proposal rejected
+    assert ks[-1] == 0 and rule.rate < 0.3
+    zeros = ks.count(0)                                                 # plain steps chosen so far, in a row
+    plain = [rule.next_k(0, 0) for _ in range(speculative.PROBE_EVERY + 1 - zeros)]
+    assert plain == [0] * (speculative.PROBE_EVERY - zeros) + [1]      # a one-token probe after PROBE_EVERY
+    grown = [rule.next_k(1, 1) for _ in range(6)]                       # now every proposal accepted
+    assert grown[-1] >= 2 and rule.rate > 0.7
+    for _ in range(20):                                                 # drafting takes 0.01 s a token here
+        rule.next_k(2, 1, draft_seconds=0.02)
+    assert abs(rule.draft_cost - 0.01) < 0.01 and rule.next_k(2, 1, None) >= 1
+    target.extras.pop("pass_costs")
+    other_draft.extras.pop("pass_costs")
+
+
+def test_sps_plain_steps_keep_the_output(target, other_draft):
+    """Target passes priced near zero: drafting never pays, so sps decodes with plain steps (k 0) and a
+    one-token probe every PROBE_EVERY + 1 steps; the output is ar's."""
+    ref, _ = run(target, "ar", PROMPTS[3], max_new_tokens=40)
+    target.extras["pass_costs"] = {"plain": {w: 1e-9 for w in speculative.COST_WIDTHS}}
+    with_draft(target, other_draft)
+    got, steps = run(target, "sps", PROMPTS[3], max_new_tokens=40)
+    assert got == ref
+    ks = [s.info["k"] for s in steps[1:]]
+    assert ks.count(0) >= 25 and 1 <= ks.count(1) <= 5
+    assert all(s.drafted == 0 and s.draft_passes == 0 and len(s.token_ids) == 1 for s in steps[1:] if not s.info["k"])
+    target.extras.pop("pass_costs")
+
+
 def test_repetitive_output_is_accelerated(looping):
     """When the output repeats, copied drafts are accepted: > 1 token per target pass, still == ar."""
     prompt = "a b c a b c a b c a b c"

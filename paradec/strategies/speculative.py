@@ -10,18 +10,19 @@ rejected proposals, the older ones decayed) and takes the k that maximises the e
 (1 - a^(k+1)) / (1 - a) tokens expected from a step that costs one target pass over k+1 positions plus k draft
 passes, both costs measured on this engine (paradec/passcost.py): on a CPU a draft pass is a sizeable share of a
 target pass and wide target passes can cost more than narrow ones, which transformers' rule, "transformers", does
-not see: +2 after a step where every proposal was accepted, -1 otherwise. Both keep k within 1..16.
+not see: +2 after a step where every proposal was accepted, -1 otherwise (within 1..16). The cost rule's k may
+be 0 (a plain decoding step, with a one-token probe now and then) where drafting does not pay (`CostRule`).
 
 Invariant between steps: `seq` is prompt + output; each cache holds a prefix of `seq` and the rest of `seq`
 (at least its last token) is fed on the next pass.
 """
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import torch
-
-import threading
 
 from .. import verification
 from ..engine import Engine, ModelError
@@ -32,6 +33,7 @@ K_MIN, K_MAX = 1, 16
 DECAY = 0.8               # "cost" rule: weight of the acceptance counts one step older
 PRIOR = (1.0, 1.0)        # "cost" rule: (accepted, rejected) counts before the first step
 COST_WIDTHS = (1, 2, 3, 4, 5, 6, 8, 10, 13, 17)    # target pass widths measured (the rest interpolated)
+PROBE_EVERY = 8           # "cost" rule: after this many steps without drafts, one step drafts a token
 TRAIN_DRAFT = "train it: python -m paradec train draft --model MODEL"
 
 
@@ -162,12 +164,12 @@ def fit_vocab(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return torch.cat([logits, pad], -1)
 
 
-def best_k(rate: float, target_cost, draft_cost: float, k_max: int = K_MAX) -> int:
-    """The k in K_MIN..k_max with the most expected tokens per second when each proposal is accepted with
+def best_k(rate: float, target_cost, draft_cost: float, k_max: int = K_MAX, k_min: int = K_MIN) -> int:
+    """The k in k_min..k_max with the most expected tokens per second when each proposal is accepted with
     probability `rate` (given the ones before it): (1 - rate^(k+1)) / (1 - rate) tokens from a step costing
-    target_cost(k + 1) + k * draft_cost seconds."""
-    best, best_k_ = -1.0, K_MIN
-    for k in range(K_MIN, max(K_MIN, k_max) + 1):
+    target_cost(k + 1) + k * draft_cost seconds (k = 0: a plain decoding step)."""
+    best, best_k_ = -1.0, k_min
+    for k in range(k_min, max(k_min, k_max) + 1):
         tokens = sum(rate ** i for i in range(k + 1))
         speed = tokens / (target_cost(k + 1) + k * draft_cost)
         if speed > best:
@@ -177,22 +179,37 @@ def best_k(rate: float, target_cost, draft_cost: float, k_max: int = K_MAX) -> i
 
 class CostRule:
     """The "cost" rule: decayed counts of accepted and rejected proposals give the acceptance rate; `best_k`
-    turns it into the next k with the pass costs measured on the target and on the draft."""
+    turns it into the next k with the pass costs measured on the target and on the draft. A draft pass's cost
+    follows what the run's own drafting takes (a decayed mean of the seconds per drafted token, the Python
+    around the pass included; steps that first catch the draft up on several tokens are not counted). k may be
+    0, a plain decoding step, when no draft length pays: on a CPU a draft pass costs about a tenth of a target
+    pass, so a draft accepted less than about one time in ten only slows decoding; after PROBE_EVERY such
+    steps one step drafts a token, so the rate keeps up with the text."""
 
     def __init__(self, engine, draft):
         from ..passcost import cost_at
         tc, self.draft_cost = pass_costs(engine, draft)
         self.target_cost = lambda w: cost_at(tc, w)
         self.accepted, self.rejected = PRIOR
+        self.idle = 0
 
     @property
     def rate(self) -> float:
         return self.accepted / (self.accepted + self.rejected)
 
-    def next_k(self, drafted: int, accepted: int) -> int:
-        self.accepted = DECAY * self.accepted + accepted
-        self.rejected = DECAY * self.rejected + (accepted < drafted)
-        return best_k(self.rate, self.target_cost, self.draft_cost)
+    def next_k(self, drafted: int, accepted: int, draft_seconds: float | None = None) -> int:
+        """k for the next step after one that drafted `drafted` tokens (taking `draft_seconds` to draft them, or
+        None when not to be counted) of which the target accepted `accepted`."""
+        if drafted:
+            self.accepted = DECAY * self.accepted + accepted
+            self.rejected = DECAY * self.rejected + (accepted < drafted)
+            if draft_seconds is not None:
+                self.draft_cost = DECAY * self.draft_cost + (1 - DECAY) * draft_seconds / drafted
+        k = best_k(self.rate, self.target_cost, self.draft_cost, k_min=0)
+        self.idle = self.idle + 1 if k == 0 else 0
+        if self.idle > PROBE_EVERY:
+            self.idle, k = 0, 1
+        return k
 
 
 @register
@@ -243,6 +260,7 @@ class SpeculativeSampling(Strategy):
             kk = max(0, min(k, out.budget - len(out.ids) - 1))   # the last budget token comes free
             proposals, qs = [], []
             feed = seq[draft.cache_len(dcache):]
+            caught_up, t0 = len(feed) <= 2, time.perf_counter()    # one or two tokens: an ordinary step
             for _ in range(kk):
                 lg = fit_vocab(draft.forward(feed, dcache, logits_to_keep=1, upcast=False)[0, -1], engine.vocab_size)
                 if sp.greedy:
@@ -253,6 +271,7 @@ class SpeculativeSampling(Strategy):
                     qs.append(q)
                 proposals.append(x)
                 feed = [x]
+            draft_seconds = time.perf_counter() - t0 if caught_up else None
             base = len(seq)
             logits = engine.forward(seq[engine.cache_len(tcache):] + proposals, tcache, logits_to_keep=kk + 1,
                                     upcast=False)[0]
@@ -271,7 +290,7 @@ class SpeculativeSampling(Strategy):
             if out.done:
                 return
             prefill = False
-            if rule is not None and kk:
-                k = rule.next_k(kk, v.accepted)
+            if rule is not None:
+                k = rule.next_k(kk, v.accepted, draft_seconds)
             elif p["adaptive"] and kk:
                 k = min(K_MAX, k + 2) if v.accepted == kk else max(K_MIN, k - 1)
