@@ -639,7 +639,7 @@ table and the Xeon tunes ran the adapters before it.
     return f"""**Machine**: {machine}. **Date**: {date}. The code these runs measured: row-exact attention with p·v in
 float32 and the down projection in 32-row pieces; since then p·v sums in float64 (no measurable cost on the EPYC:
 one-token pass 60.2 → 58.7 ms) and the linears' row plan is probed per CPU (on this Xeon it is the same 32-row
-pieces), so the second CPU's runs below are the ones on the code as it stands. One `bench` run per suite, all strategies of a suite in
+pieces), so the second CPU's runs below are the ones on the code as it stands (also for `sps` and `hf-assisted`: the draft and `sps`'s k rule changed on 2026-12-05 after this CPU's runs). One `bench` run per suite, all strategies of a suite in
 the same run (`bash evals/run_benchmarks.sh default` with `N_DEFAULT` = the first N items of each suite; greedy, 64
 new tokens, no perplexity pass; *n* counts generations per strategy, a conversation item holding several turns).
 {dtype_note}
