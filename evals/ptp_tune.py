@@ -91,12 +91,17 @@ def main(argv=None) -> int:
         if where.is_relative_to(Path.cwd().resolve()):
             where = where.relative_to(Path.cwd().resolve())          # no machine's absolute path in the page
         lines += ["", f"Decoding profile written to {where}."]
+    write_page(lines, args.markdown)
+    return 0
+
+
+def write_page(lines: list[str], markdown: str | None) -> None:
+    """Print a tuning table's lines and, with --markdown, write them to that page (evals/sps_tune.py too)."""
     text = "\n".join(lines) + "\n"
     print(text)
-    if args.markdown:
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(text)
-    return 0
+    if markdown:
+        Path(markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(markdown).write_text(text)
 
 
 def write_profile(engine, args, rows, n_prompts) -> Path:

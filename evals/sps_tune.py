@@ -26,6 +26,7 @@ from paradec.engine import Engine, cpu_name  # noqa: E402
 from paradec.race import run_alone  # noqa: E402
 from paradec.strategies import Request  # noqa: E402
 from paradec.training.prompts import training_prompts  # noqa: E402
+from evals.ptp_tune import write_page  # noqa: E402
 
 CONFIGS = '{"rule": "cost"};{"rule": "transformers"};{"adaptive": false, "k": 1};{"adaptive": false, "k": 2};' \
           '{"adaptive": false, "k": 4}'
@@ -84,11 +85,7 @@ def main(argv=None) -> int:
     for r in rows:
         lines.append(f"| `{r['config']}` | {r['tokens_per_pass']:.2f} | {r['draft_passes_per_token']:.2f} | "
                      f"{r['tok_s']:.2f} | {r['speedup']:.2f}× | {r['mismatches']} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.markdown:
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(text)
+    write_page(lines, args.markdown)
     return 0
 
 
