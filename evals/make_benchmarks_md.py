@@ -285,7 +285,7 @@ def vllm_part() -> str:
         return ("Not run on the code as it stands: start `./run.sh vllm --port 8011` and `./run.sh vllm --port 8012 "
                 "--speculative ngram`, then `bash evals/run_benchmarks.sh vllm`.\n")
     r = rows("vllm-peers.md")
-    lossless = [x for x in ("ar", "pld", "lookahead", "sps", "ptp") if x in r]
+    lossless = [x for x in ("ar", "pld", "lookahead", "sps", "eagle", "ptp") if x in r]
     best = max(lossless, key=lambda x: num(r[x]["speed-up vs ar"]))
 
     def plain(x):
@@ -340,7 +340,7 @@ def cpu_peers_part() -> str:
     rel = {c: {x: num(v["speed-up vs ar"]) for x, v in r[c].items()} for c in cats}
     engines = {"llama": "llama.cpp, Q5_0 GGUF", "llama-pld": "llama.cpp + prompt-lookup draft (10)",
                "vllm": "vLLM", "vllm-ngram": "vLLM + n-gram speculation (5)", "hf-generate": "transformers generate"}
-    order = ["ar", "pld", "lookahead", "sps", "ptp", "hf-generate", "llama", "llama-pld", "vllm", "vllm-ngram"]
+    order = ["ar", "pld", "lookahead", "sps", "eagle", "ptp", "hf-generate", "llama", "llama-pld", "vllm", "vllm-ngram"]
     lines = ["| lane | engine | tokens/s (all) | tokens/pass | ÷ llama.cpp plain: all | code | code-edit |",
              "|---|---|---|---|---|---|---|"]
     for x in order:
@@ -349,7 +349,7 @@ def cpu_peers_part() -> str:
         ratios = " | ".join(f"{v:.2f}×" if (v := relative(r[c], x, "llama")) else "–" for c in cats)
         tpp = "not reported" if x == "llama-pld" else r["all"][x]["tokens/pass"]   # its server counts no passes
         lines.append(f"| {x} | {engines.get(x, 'paradec, in process')} | {r['all'][x]['tokens/s']} | {tpp} | {ratios} |")
-    lossless = [x for x in ("ar", "pld", "lookahead", "sps", "ptp") if x in rel["all"]]
+    lossless = [x for x in ("ar", "pld", "lookahead", "sps", "eagle", "ptp") if x in rel["all"]]
     best = {c: max(lossless, key=lambda x: rel[c].get(x) or 0) for c in cats}
     agree = ""
     af = B / "cpu-peers-agreement.json"
@@ -448,10 +448,11 @@ def summary_table(prefix: str = "default") -> tuple[list[str], list[str], list[f
     """The per-suite summary of the runs docs/bench/PREFIX-SUITE.md: (suites present, table lines,
     ar / hf-generate ratios, lossless mismatches in all, ar's roofline percentages)."""
     have = [s for s in DEFAULT_SUITES if (B / f"{prefix}-{s}.md").exists()]
-    head = ("| suite | n | ar tok/s | ar ÷ hf-generate | sps speed-up (τ) | sps ÷ hf-assisted | pld speed-up (τ) | "
+    head = ("| suite | n | ar tok/s | ar ÷ hf-generate | sps speed-up (τ) | sps ÷ hf-assisted | eagle speed-up (τ) | "
+            "pld speed-up (τ) | "
             "hf-pld speed-up | lookahead speed-up (τ) | ptp speed-up (τ) | lossless mismatches | "
             "ar vs read-bandwidth roofline |")
-    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     gen_ratios, mism_total, fracs = [], 0, []
     for suite in have:
         name = f"{prefix}-{suite}.md"
@@ -469,7 +470,7 @@ def summary_table(prefix: str = "default") -> tuple[list[str], list[str], list[f
             fracs.append(int(m.group(1)))
         sa = relative(r, "sps", "hf-assisted")
         lines.append(f"| {suite} | {r['ar']['n']} | {r['ar']['tokens/s']} | {f'{g:.2f}' if g else '–'} | {cell('sps')} | "
-                     f"{f'{sa:.2f}' if sa else '–'} | {cell('pld')} | "
+                     f"{f'{sa:.2f}' if sa else '–'} | {cell('eagle')} | {cell('pld')} | "
                      f"{r['hf-pld']['speed-up vs ar'] if 'hf-pld' in r else '–'} | {cell('lookahead')} | {cell('ptp')} | "
                      f"{mism} | "
                      f"{(m.group(1) + '% of ' + m.group(2) + ' tok/s') if m else '–'} |")

@@ -73,7 +73,7 @@ for s in $sections; do
     default) # issue 14: the default model on every suite; ar, its transformers peer, the lossless strategies that
              # need nothing trained, and on the list-style suite Skeleton-of-Thought with its baselines
       for suite in $SUITES; do
-        strategies=ar,hf-generate,sps,hf-assisted,pld,hf-pld,lookahead,ptp
+        strategies=ar,hf-generate,sps,eagle,hf-assisted,pld,hf-pld,lookahead,ptp
         [ "$suite" = lists ] && strategies=$strategies,sot,sot-seq,sot-r
         $PY -m paradec bench --suite "$suite" --strategies "$strategies" --limit "$N_DEFAULT" --max-new-tokens 64 \
           --no-perplexity --db "$DB" --name "$DEFAULT_PREFIX model ($suite)" --markdown "$OUT/$DEFAULT_PREFIX-$suite.md"

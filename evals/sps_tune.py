@@ -5,9 +5,11 @@ Runs `ar` and `sps` under each configuration on held-out training prompts (parad
 process, the configurations interleaved prompt by prompt (so a slow spell of the machine does not land on one),
 and prints per configuration: tokens per target pass, draft passes per token, tokens/s and the speed-up over ar
 in the same run. Every sps output is checked token for token against ar. The benchmark suites are never read.
+A configuration with "strategy": "eagle" runs the feature-level draft instead (its other keys are eagle's
+parameters; `--eagle FOLDER` picks a feature draft other than the shipped one).
 
-    python evals/sps_tune.py [--model M] [--draft FOLDER] [--prompts 12] [--max-new-tokens 64]
-        [--configs '{"rule": "cost"};{"rule": "transformers"};{"adaptive": false, "k": 2}']
+    python evals/sps_tune.py [--model M] [--draft FOLDER] [--eagle FOLDER] [--prompts 12] [--max-new-tokens 64]
+        [--configs '{"rule": "cost"};{"rule": "transformers"};{"adaptive": false, "k": 2};{"strategy": "eagle"}']
         [--markdown docs/bench/sps_tune.md]
 """
 from __future__ import annotations
@@ -36,6 +38,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model")
     ap.add_argument("--draft", default="", help="draft folder (default: the model's shipped draft)")
+    ap.add_argument("--eagle", default="", help="feature-draft folder for eagle configurations (default: shipped)")
     ap.add_argument("--prompts", type=int, default=12)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--configs", default=CONFIGS, help="sps parameter sets (JSON objects) separated by ';'")
@@ -44,20 +47,25 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     configs = [json.loads(c) for c in args.configs.split(";") if c.strip()]
     if args.draft:
-        configs = [{**c, "draft": args.draft} for c in configs]
+        configs = [{**c, "draft": args.draft} if c.get("strategy", "sps") == "sps" else c for c in configs]
+    strategies = [c.pop("strategy", "sps") for c in configs]
     e = Engine.load(args.model)
+    if args.eagle:
+        from paradec import feature_draft
+        e.extras["eagle"] = feature_draft.load(args.eagle, e)
     prompts = training_prompts(args.prompts, args.seed, "heldout")
     reqs = [Request(messages=p["messages"], max_new_tokens=args.max_new_tokens) for p in prompts]
     warm = Request(messages=prompts[0]["messages"], max_new_tokens=8)    # weights packed, pass costs measured
     run_alone(e, "ar", warm)
-    for c in configs:
-        run_alone(e, "sps", warm, c)
-    names = ["ar"] + [json.dumps({k: v for k, v in c.items() if k != "draft"}) for c in configs]
+    for st, c in zip(strategies, configs):
+        run_alone(e, st, warm, c)
+    names = ["ar"] + [(st + " " if st != "sps" else "") + json.dumps({k: v for k, v in c.items() if k != "draft"})
+                      for st, c in zip(strategies, configs)]
     lanes = {n: [] for n in names}
     for r in reqs:
         lanes["ar"].append(run_alone(e, "ar", r))
-        for n, c in zip(names[1:], configs):
-            lanes[n].append(run_alone(e, "sps", r, c))
+        for n, st, c in zip(names[1:], strategies, configs):
+            lanes[n].append(run_alone(e, st, r, c))
     ar_tok = sum(len(x.token_ids) for x in lanes["ar"])
     ar_speed = ar_tok / sum(x.clock for x in lanes["ar"])
     rows = []
@@ -65,7 +73,7 @@ def main(argv=None) -> int:
         ls = lanes[n]
         bad = [x.error for x in ls if x.error]
         if bad:
-            raise SystemExit(f"sps {n}: {bad[0]}")
+            raise SystemExit(f"{n}: {bad[0]}")
         toks = sum(len(x.token_ids) for x in ls)
         passes = sum(s.forward_passes for x in ls for s in x.steps)
         drafts = sum(s.draft_passes for x in ls for s in x.steps)
@@ -79,8 +87,8 @@ def main(argv=None) -> int:
              f"threads, {datetime.date.today()})", "",
              f"`python evals/sps_tune.py {shlex.join(argv if argv is not None else sys.argv[1:])}`: {len(reqs)} "
              f"held-out training prompts (not the benchmark suites), greedy, {args.max_new_tokens} new tokens, "
-             f"batch 1, draft: {draft}. ar: {ar_speed:.2f} tokens/s in the same run.", "",
-             "| sps parameters | tokens/pass | draft passes/token | tokens/s | speed-up vs ar | mismatches vs ar |",
+             f"batch 1, draft: {draft}{'; eagle: ' + args.eagle if args.eagle else ''}. ar: {ar_speed:.2f} tokens/s in the same run.", "",
+             "| sps parameters (or strategy and its parameters) | tokens/pass | draft passes/token | tokens/s | speed-up vs ar | mismatches vs ar |",
              "|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| `{r['config']}` | {r['tokens_per_pass']:.2f} | {r['draft_passes_per_token']:.2f} | "

@@ -368,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("model", help="provision the default model (`model setup`), print its folder (`model path`), "
                                  "measure it (`model measure`)", add_help=False)
-    t = sub.add_parser("train", help="train the default model, its draft, the SoT router; `train ptp|lud|focus --help` "
+    t = sub.add_parser("train", help="train the default model, its draft, the SoT router; `train ptp|lud|focus|eagle --help` "
                                      "for the PTP, LUD and FocusLLM parameters")
     t.add_argument("what", choices=["default", "draft", "smoke", "router", "card"])
     t.add_argument("--steps", type=int)
@@ -448,6 +448,9 @@ def main(argv=None) -> int:
     if argv[:2] == ["train", "draft"] and any(a == "--model" or a.startswith("--model=") for a in argv[2:]):
         from .training.draft_distill import main as draft_main   # a distilled draft for a given target
         return draft_main(argv[2:])
+    if argv[:2] == ["train", "eagle"]:      # a feature-level (EAGLE) draft for a given target
+        from .training.eagle_train import main as eagle_main
+        return eagle_main(argv[2:])
     if argv[:2] == ["train", "lud"]:
         from .training.lud_train import train_lud_main
         return train_lud_main(argv[2:])

@@ -66,10 +66,12 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def forward(model, ids=None, embeds=None, cache=None, positions=None, mask=None, logits_to_keep: int = 0):
+def forward(model, ids=None, embeds=None, cache=None, positions=None, mask=None, logits_to_keep: int = 0,
+            head: bool = True):
     """Logits (B, T', V) in the model's dtype for ids (B, T) or embeds (B, T, hidden); `cache` (a DynamicCache or
     None) is extended as transformers would; `positions` (B, T) default to the cache length onwards; `mask` is
-    what transformers' `attention_mask` takes (2-D padding or 4-D additive/boolean)."""
+    what transformers' `attention_mask` takes (2-D padding or 4-D additive/boolean). With `head=False`, the
+    final norm's output (B, T', hidden) instead of the logits."""
     from transformers.masking_utils import create_causal_mask
     inner = model.model
     x = inner.embed_tokens(ids) if embeds is None else embeds
@@ -103,4 +105,4 @@ def forward(model, ids=None, embeds=None, cache=None, positions=None, mask=None,
     x = inner.norm(x)
     if logits_to_keep:
         x = x[:, -logits_to_keep:, :]
-    return model.lm_head(x)
+    return model.lm_head(x) if head else x

@@ -631,6 +631,8 @@ def serve_main(args) -> int:
         from .strategies.speculative import configure_drafts, preload_drafts
         configure_drafts(engine, args.draft)
         preload_drafts(engine)      # loaded here, once, not on the first request's thread
+        from .strategies.eagle import preload as preload_eagle
+        preload_eagle(engine)
     except ModelError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -4,7 +4,7 @@ import importlib
 from .base import (REGISTRY, Output, Param, Request, RequestError, Run, Step, Strategy, get,  # noqa: F401
                    length_check_engine, register)
 
-MODULES = ["autoregressive", "hf_generate", "speculative", "prompt_lookup", "lookahead", "skeleton",
+MODULES = ["autoregressive", "hf_generate", "speculative", "eagle", "prompt_lookup", "lookahead", "skeleton",
            "ptp", "lexical_units", "parallel_context", "ape",
            "focus_llm"]
 

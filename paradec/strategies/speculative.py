@@ -186,10 +186,15 @@ class CostRule:
     pass, so a draft accepted less than about one time in ten only slows decoding; after PROBE_EVERY such
     steps one step drafts a token, so the rate keeps up with the text."""
 
-    def __init__(self, engine, draft):
-        from ..passcost import cost_at
-        tc, self.draft_cost = pass_costs(engine, draft)
-        self.target_cost = lambda w: cost_at(tc, w)
+    def __init__(self, engine, draft=None, draft_cost: float | None = None):
+        """`draft`: a draft Engine, its pass timed by paradec/passcost.py; or `draft_cost`, a draft step's
+        seconds measured by the caller (a draft that is not an Engine: eagle's)."""
+        from .. import passcost
+        if draft is not None:
+            tc, self.draft_cost = pass_costs(engine, draft)
+        else:
+            tc, self.draft_cost = passcost.pass_costs(engine, COST_WIDTHS), float(draft_cost)
+        self.target_cost = lambda w: passcost.cost_at(tc, w)
         self.accepted, self.rejected = PRIOR
         self.idle = 0
 

@@ -1,0 +1,355 @@
+"""Train a feature-level (EAGLE) draft for any target: `python -m paradec train eagle --model M`.
+
+The draft (paradec/feature_draft.py) predicts the target's next final hidden state from its current one and the
+next token's embedding. Its data are the target's own hidden states:
+
+1. Rows: the target's answers to the training prompt set (paradec.training.teacher: chat requests made from the
+   standard library, disjoint from evals/suites; cached and shared with the other trainers), and with
+   `--corpus-windows N` N windows of the training corpus (standard-library text and its docstring
+   conversations, training modules only), `--corpus-share` of each batch.
+2. Features: the target (in `--teacher-dtype`, bfloat16 by default: the dtype it decodes in) reads each row once,
+   teacher-forced; its final hidden state at every position is kept (bfloat16, cached in the work folder).
+3. Loss at position j (input f_j and token t_{j+1}; answer positions only for answer rows): the cross-entropy of
+   the draft's next-token distribution against the target's own, softmax(head(f_{j+1})) restricted to the kept
+   vocabulary (exact: the head rows are the target's), plus `--reg` x a smooth-L1 distance between the predicted
+   and the true f_{j+1} (per-dimension scaled by the features' spread). Each batch runs twice: once on the true
+   features, once with `--ttt-share` of the input features replaced by the draft's own predictions from the first
+   run (detached): at decoding time every proposal after the first reads a predicted feature, so the draft learns
+   to read its own (the idea of EAGLE-3's training-time test, one level deep).
+4. AdamW, warm-up and cosine decay, checkpointed every --ckpt-every steps (resumable). Every --eval-every steps,
+   on the held-out greedy answers: the share of positions where the draft's argmax is the target's token, reading
+   true features (a1: the first proposal of a step) and reading its own predicted feature (a2: later proposals).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .. import draft as D
+from .. import feature_draft as FD
+from . import checkpoint
+from . import teacher as TCH
+from .draft_distill import answer_span, choose_vocab, corpus_fill, corpus_windows, coverage
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@torch.no_grad()
+def features(engine, seqs: list[tuple[list[int], int]], cache: Path | None, label: str,
+             batch: int = 8) -> list[dict]:
+    """Each (ids, first) with the target's final hidden states at every position (L, hidden), bfloat16. Cached
+    in `cache` (when given) per (ids, first), saved as it goes."""
+    from tqdm import tqdm
+    key = {"model": engine.name, "dtype": str(engine.dtype)}
+    have = {}
+    if cache is not None and cache.exists():
+        saved = torch.load(cache)
+        if saved.get("key") == key:
+            have = saved["rows"]
+    todo = sorted({(tuple(ids), first) for ids, first in seqs if (tuple(ids), first) not in have},
+                  key=lambda x: len(x[0]))
+
+    def save():
+        if cache is not None:
+            tmp = cache.with_name(cache.name + ".tmp")
+            torch.save({"key": key, "rows": have}, tmp)
+            tmp.replace(cache)
+    last = time.time()
+    for b in tqdm(range(0, len(todo), batch), desc=f"target features ({label})", file=sys.stderr,
+                  mininterval=10, disable=len(todo) < 64):
+        part = todo[b:b + batch]
+        L = max(len(ids) for ids, _f in part)
+        x = torch.zeros(len(part), L, dtype=torch.long)
+        for i, (ids, _f) in enumerate(part):
+            x[i, :len(ids)] = torch.tensor(ids)       # right padding: causal attention never reads it
+        h = D._decoder(engine.model)(input_ids=x.to(engine.device), use_cache=False).last_hidden_state
+        for i, (ids, first) in enumerate(part):
+            have[(ids, first)] = h[i, :len(ids)].to(torch.bfloat16).cpu().clone()
+        if time.time() - last > 120:
+            save()
+            last = time.time()
+    if todo:
+        save()
+    return [{"ids": list(ids), "first": first, "feats": have[(tuple(ids), first)]} for ids, first in seqs]
+
+
+def make_batch(pick: list[dict]):
+    """Right-padded (feats (B, L-1, H) f_j, tokens (B, L-1) t_{j+1}, target feats (B, L-1, H) f_{j+1},
+    mask (B, L-1): positions j with j + 1 inside the row and j + 1 >= first)."""
+    L = max(len(r["ids"]) for r in pick)
+    H = pick[0]["feats"].shape[-1]
+    f = torch.zeros(len(pick), L, H)
+    ids = torch.zeros(len(pick), L, dtype=torch.long)
+    mask = torch.zeros(len(pick), L - 1, dtype=torch.bool)
+    for i, r in enumerate(pick):
+        n = len(r["ids"])
+        f[i, :n] = r["feats"].float()
+        ids[i, :n] = torch.tensor(r["ids"])
+        mask[i, max(0, r["first"] - 1):n - 1] = True
+    return f[:, :-1], ids[:, 1:], f[:, 1:], mask
+
+
+def batches(groups: list[tuple[list[dict], float]], batch: int, rng: random.Random):
+    shares = [s for _r, s in groups]
+    while True:
+        yield make_batch([rng.choice(groups[rng.choices(range(len(groups)), shares)[0]][0]) for _ in range(batch)])
+
+
+def losses(fd: FD.FeatureDraft, fin, toks, ftgt, mask, scale, reg: float, ttt_share: float,
+           gen: torch.Generator | None = None) -> tuple[torch.Tensor, dict]:
+    """The two-run loss of one batch (module docstring, step 3), and its parts."""
+    with torch.no_grad():
+        p = torch.softmax(fd.kept_logits(ftgt[mask]).float(), -1)      # the target's own distribution, kept vocab
+
+    def one(inp):
+        h = fd.hidden(inp, toks)
+        hm = h[mask]
+        ce = -(p * torch.log_softmax(fd.kept_logits(hm).float(), -1)).sum(-1).mean()
+        rg = F.smooth_l1_loss(hm.float() / scale, ftgt[mask].float() / scale)
+        return ce + reg * rg, h, ce, rg
+    l1, h1, ce1, _ = one(fin)
+    parts = {"ce1": float(ce1.detach())}
+    if ttt_share > 0:
+        pred = torch.cat([fin[:, :1], h1[:, :-1].detach().to(fin.dtype)], 1)    # f^_j from position j - 1
+        swap = torch.rand(mask.shape, generator=gen) < ttt_share
+        swap[:, 0] = False
+        l2, _h2, ce2, _ = one(torch.where(swap[..., None], pred, fin))
+        parts["ce2"] = float(ce2.detach())
+        return 0.5 * (l1 + l2), parts
+    return l1, parts
+
+
+@torch.no_grad()
+def acceptance(fd: FD.FeatureDraft, rows: list[dict]) -> dict:
+    """On held-out rows (answer positions): a1 = draft argmax reading the true f_j == the target's argmax at j+1
+    (the first proposal of a step), a2 = the same reading its own predicted f^_j (every later proposal)."""
+    hit1 = hit2 = tot = 0
+    for r in rows:
+        fin, toks, ftgt, mask = make_batch([r])
+        if not mask.any():
+            continue
+        tgt = fd.kept_ids[fd.kept_logits(ftgt[mask]).argmax(-1)]
+        h1 = fd.hidden(fin, toks)
+        hit1 += int((fd.kept_ids[fd.kept_logits(h1[mask]).argmax(-1)] == tgt).sum())
+        pred = torch.cat([fin[:, :1], h1[:, :-1].to(fin.dtype)], 1)
+        h2 = fd.hidden(pred, toks)
+        hit2 += int((fd.kept_ids[fd.kept_logits(h2[mask]).argmax(-1)] == tgt).sum())
+        tot += int(mask.sum())
+    a1, a2 = hit1 / max(1, tot), hit2 / max(1, tot)
+    # expected tokens per target pass of a k = 4 chain if proposals were accepted independently at these rates
+    tpp = 1 + a1 * (1 + a2 + a2 ** 2 + a2 ** 3)
+    return {"a1": round(a1, 4), "a2": round(a2, 4), "tokens_per_pass_k4": round(tpp, 3), "positions": tot}
+
+
+def train(args) -> Path:
+    from tqdm import tqdm
+
+    from ..engine import Engine, cpu_name
+    torch.manual_seed(args.seed)
+    engine = Engine.load(args.model, dtype="float32")
+    out = Path(args.out) if args.out else FD.shipped_dir(engine.name)
+    work = Path(args.work) if args.work else ROOT / "data" / "work" / f"{engine.name}-eagle"
+    work.mkdir(parents=True, exist_ok=True)
+    ans = TCH.answers(engine, args.prompts, args.eval_prompts, args.seed, args.max_prompt, args.gen_tokens,
+                      args.gen_batch, args.teacher_cache)
+    rows, held = ans.rows, [r for r in ans.held if r["greedy"]]
+    kept = choose_vocab(rows, args.vocab, set(engine.eos_ids), corpus_fill(engine, args.fill_chars))
+    cov = {"train": round(coverage(rows, kept), 4), "heldout": round(coverage(ans.held, kept), 4)}
+    print(f"vocabulary {len(kept)}: coverage of answer tokens train {cov['train']}, held-out {cov['heldout']}",
+          file=sys.stderr)
+
+    dt = args.teacher_dtype
+    teach = engine if dt == "float32" else Engine.load(args.model, dtype=dt)
+    t0 = time.time()
+    tr = features(teach, [answer_span(r, args.max_len) for r in rows], work / f"features_answers_{dt}.pt",
+                  "answers")
+    ho = features(teach, [answer_span(r, args.max_len) for r in held], work / f"features_heldout_{dt}.pt",
+                  "held-out")
+    groups = [(tr, 1.0 - args.corpus_share if args.corpus_windows else 1.0)]
+    if args.corpus_windows:
+        wins = corpus_windows(teach, args.corpus_windows, args.max_len, args.seed)
+        groups.append((features(teach, [(w, 0) for w in wins], work / f"features_corpus_{dt}.pt", "corpus"),
+                       args.corpus_share))
+    feat_min = round((time.time() - t0) / 60, 1)
+    if teach is not engine:
+        del teach
+    data_desc = (f"{ans.description}; the target's final hidden states ({dt}, teacher-forced) at every position of "
+                 f"those answers" + (f" and of {len(groups[-1][0])} windows of up to {args.max_len} tokens of the "
+                                     f"training corpus (training modules only), {args.corpus_share:.0%} of each "
+                                     f"batch" if args.corpus_windows else "")
+                 + f"; features took {feat_min} min (0 when cached)")
+    print(data_desc, file=sys.stderr, flush=True)
+    allf = torch.cat([r["feats"][:64].float() for r in tr[:200]])
+    scale = allf.std(0).clamp(min=1e-3)
+
+    ckpt = work / "eagle_checkpoint.pt"
+    st = checkpoint.load(ckpt)
+    struct = {"source": args.source, "kept": kept, "reg": args.reg, "ttt": args.ttt_share,
+              "corpus_windows": args.corpus_windows, "corpus_share": args.corpus_share}
+    if st is not None and st.get("struct") == struct:
+        fd = FD.FeatureDraft.from_state(engine, st["config"], st["draft"], kept)
+        print(f"resuming from step {st['step']}", file=sys.stderr)
+    else:
+        st = None
+        fd = FD.FeatureDraft.from_target(engine, kept, args.source)
+    for prm in engine.model.parameters():
+        prm.requires_grad_(False)
+    params = fd.trainable()
+    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
+    step, curve, elapsed = 0, [], 0.0
+    if st is not None:
+        opt.load_state_dict(st["opt"])
+        step, curve, elapsed = st["step"], st["curve"], st["elapsed"]
+        torch.set_rng_state(st["torch_rng"])
+    data = batches(groups, args.batch, random.Random(args.seed * 1000 + step))
+    gen = torch.Generator().manual_seed(args.seed * 1000 + step)
+
+    def lr_at(s):
+        if s < args.warmup:
+            return args.lr * (s + 1) / args.warmup
+        frac = (s - args.warmup) / max(1, args.steps - args.warmup)
+        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+    def save(final=False):
+        meta = {"base_model": engine.name, "trained_with": "python -m paradec train eagle " + " ".join(args.argv),
+                "steps": step, "train_minutes": round(elapsed / 60, 2),
+                "teacher_minutes": ans.minutes_for_card(), "feature_minutes": feat_min,
+                "hardware": f"{cpu_name()}, {torch.get_num_threads()} thread(s), {engine.device} (float32)",
+                "data": data_desc, "vocab_coverage": cov, "lr": args.lr, "batch": args.batch,
+                "max_len": args.max_len, "reg": args.reg, "ttt_share": args.ttt_share, "curve": curve,
+                "complete": final, "heldout": curve[-1] if curve else None}
+        fd.save(out, meta)
+        checkpoint.save(ckpt, {"struct": struct, "config": fd.config_dict(), "draft": fd.state(),
+                               "opt": opt.state_dict(), "step": step, "curve": curve, "elapsed": elapsed,
+                               "torch_rng": torch.get_rng_state()})
+
+    if not curve:
+        curve.append({"step": 0, **acceptance(fd, ho)})
+        print(curve[-1], file=sys.stderr, flush=True)
+    deadline = time.time() + args.max_minutes * 60 if args.max_minutes else None
+    bar = tqdm(total=args.steps, initial=step, desc="eagle", file=sys.stderr, mininterval=10)
+    ema = None
+    while step < args.steps:
+        ts = time.time()
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        loss, parts = losses(fd, *next(data), scale, args.reg, args.ttt_share, gen)
+        checkpoint.optimizer_step(loss, params, opt)
+        loss = loss.detach()
+        step += 1
+        elapsed += time.time() - ts
+        ema = float(loss) if ema is None else 0.95 * ema + 0.05 * float(loss)
+        bar.update(1)
+        bar.set_postfix(loss=f"{ema:.3f}", **{k: f"{v:.2f}" for k, v in parts.items()})
+        stop = deadline is not None and time.time() > deadline
+        if step % args.eval_every == 0 or step == args.steps or stop:
+            te = time.time()
+            curve.append({"step": step, "loss": round(ema, 4), **acceptance(fd, ho)})
+            elapsed += time.time() - te
+            print(curve[-1], file=sys.stderr, flush=True)
+        if step % args.ckpt_every == 0 or step == args.steps or stop:
+            save()
+        if stop:
+            print(f"stopping at step {step}: --max-minutes {args.max_minutes} reached", file=sys.stderr)
+            break
+    bar.close()
+    save(final=True)
+    write_card(out)
+    print(f"wrote {out}", file=sys.stderr)
+    return out
+
+
+def write_card(folder: Path) -> Path:
+    """README.md for a feature-draft folder, from its draft_config.json (this run's own figures)."""
+    import json
+    cfg = json.loads((Path(folder) / D.CONFIG).read_text())
+    curve = cfg.get("curve") or []
+    last = curve[-1] if curve else {}
+    size = (Path(folder) / D.WEIGHTS).stat().st_size
+    lines = [f"# Feature-level (EAGLE) draft for `{cfg['base_model']}`", "",
+             "The draft `eagle` decodes with (paradec/feature_draft.py): fc(2 x hidden -> hidden) over the target's "
+             "final hidden state and the next token's embedding, one decoder layer (initialised from the target's "
+             f"layer {cfg['source_layer']}, MLP {cfg['intermediate_size']}), the target's final norm (trained), and "
+             f"the target's head rows for {cfg['kept_tokens']} tokens (coverage of answer tokens: "
+             f"{cfg.get('vocab_coverage')}). File: {size / 1e6:.1f} MB (bfloat16).", "",
+             f"- Trained with: `{cfg.get('trained_with')}`", f"- Data: {cfg.get('data')}",
+             f"- Loss: cross-entropy against the target's distribution + {cfg.get('reg')} x smooth-L1 on the "
+             f"features; second run per batch with {cfg.get('ttt_share')} of the input features the draft's own",
+             f"- Steps: {cfg.get('steps')} x batch {cfg.get('batch')} (rows of at most {cfg.get('max_len')} tokens), "
+             f"lr {cfg.get('lr')}",
+             f"- Time: {TCH.time_text(cfg.get('train_minutes'), cfg.get('teacher_minutes'))}; features "
+             f"{cfg.get('feature_minutes')} min; hardware: {cfg.get('hardware')}",
+             f"- Held-out greedy answers ({last.get('positions')} positions): a1 (first proposal, true features) "
+             f"{last.get('a1')}, a2 (later proposals, own features) {last.get('a2')}", "",
+             "| step | loss | a1 | a2 | tokens/pass (k 4, independent) |", "|---|---|---|---|---|"]
+    lines += [f"| {c.get('step')} | {c.get('loss', '')} | {c.get('a1')} | {c.get('a2')} | "
+              f"{c.get('tokens_per_pass_k4')} |" for c in curve]
+    lines += ["", "Decoding with it is lossless whatever its quality: the target verifies every drafted token over "
+              "its full vocabulary; tokens outside the kept vocabulary get probability 0 in q, which rejection "
+              "sampling handles exactly."]
+    path = Path(folder) / "README.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m paradec train eagle",
+                                description="Train a feature-level (EAGLE) draft: one decoder layer that reads the "
+                                            "target's own hidden states.")
+    p.add_argument("--model", default=None, help="target model (default: the default model)")
+    p.add_argument("--source", type=int, default=-1, help="target layer the draft's layer starts from (-1 = last)")
+    p.add_argument("--vocab", type=int, default=16384, help="draft vocabulary size (most frequent answer tokens)")
+    p.add_argument("--fill-chars", type=int, default=3_000_000,
+                   help="corpus characters whose frequent tokens fill the vocabulary after the answers' and prompts'")
+    p.add_argument("--steps", type=int, default=1200)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--max-len", type=int, default=256)
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--reg", type=float, default=0.2, help="weight of the feature regression")
+    p.add_argument("--ttt-share", type=float, default=0.5,
+                   help="share of input features replaced by the draft's own in the second run (0 = one run)")
+    p.add_argument("--corpus-windows", type=int, default=0, help="training-corpus windows added to the answers")
+    p.add_argument("--corpus-share", type=float, default=0.25, help="share of each batch drawn from those windows")
+    p.add_argument("--teacher-dtype", default="bfloat16", help="dtype of the target when it makes the features")
+    p.add_argument("--prompts", type=int, default=288, help="training prompts answered by the target")
+    p.add_argument("--eval-prompts", type=int, default=36)
+    p.add_argument("--max-prompt", type=int, default=320, help="prompt tokens kept (the tail)")
+    p.add_argument("--gen-tokens", type=int, default=128)
+    p.add_argument("--gen-batch", type=int, default=48)
+    p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--ckpt-every", type=int, default=50)
+    p.add_argument("--max-minutes", type=float, help="stop (and save) after this much wall time")
+    p.add_argument("--out", help="draft folder (default data/drafts/<model>/eagle)")
+    p.add_argument("--work", help="checkpoint and feature folder (default data/work/<model>-eagle)")
+    p.add_argument("--teacher-cache", help="folder of the target's cached answers (default data/work/<model>-teacher)")
+    p.add_argument("--threads", type=int)
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.corpus_windows < 0 or args.steps < 1 or args.batch < 1:
+        parser.error("--corpus-windows must be >= 0, --steps and --batch >= 1")
+    if not 0.0 < args.corpus_share < 1.0:
+        parser.error(f"--corpus-share must lie strictly between 0 and 1, got {args.corpus_share}")
+    if not 0.0 <= args.ttt_share <= 1.0:
+        parser.error(f"--ttt-share must lie between 0 and 1, got {args.ttt_share}")
+    args.argv = list(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    train(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
