@@ -516,6 +516,24 @@ rate, the other 8-12 in the rest of the pass (norms, rotary, attention, the Pyth
 """
 
 
+def eagle_part() -> str:
+    """`eagle` (the feature-level draft) beside `sps` on every suite, from its own run (docs/bench/eagle-suites.md)."""
+    page = B / "eagle-suites.md"
+    if not page.exists():
+        return ""
+    card = json.loads((ROOT / "data" / "drafts" / "qwen2.5-coder-0.5b-instruct" / "eagle" / "draft_config.json")
+                      .read_text())
+    held = card.get("heldout") or {}
+    return f"""**`eagle`** (a feature-level draft: one decoder layer reading the target's final hidden states,
+`data/drafts/qwen2.5-coder-0.5b-instruct/eagle/`, {card.get('steps')} steps, {card.get('train_minutes')} min on
+{card.get('hardware')}; held-out acceptance of first proposals {held.get('a1')}, of later ones {held.get('a2')}) was
+trained after the runs above; its own run beside `ar` and `sps` (2 prompts of every suite, `python -m paradec bench
+--eval-set` over `evals/mix_suites.py --per-suite 2`, `--strategies ar,sps,eagle --max-new-tokens 64`):
+
+{section("eagle-suites.md")}
+"""
+
+
 def soft_draft_line() -> str:
     """A pointer to the soft-target draft experiment (docs/bench/draft-soft-targets.md), with its verdict line."""
     page = B / "draft-soft-targets.md"
@@ -680,6 +698,7 @@ costs ([docs/bench/sps-rules.md](docs/bench/sps-rules.md)). The draft's cost aga
 
 {draft_cost}
 {soft_draft_line()}
+{eagle_part()}
 {("Skeleton-of-Thought on the list-style suite (same run as the `lists` row above):" + chr(10) + chr(10) + sot_rows) if sot_rows else ""}
 
 {ptp_part}
