@@ -222,3 +222,19 @@ def test_trainer_refuses_impossible_arguments(capsys):
         with pytest.raises(SystemExit):
             ET.main(bad)
         assert "must" in capsys.readouterr().err
+
+
+def test_shipped_draft_on_the_default_model_is_lossless_and_accepted(default_engine):
+    """The feature draft shipped for the default model loads against it, and greedy eagle is ar token for token
+    with proposals really accepted (held-out first-proposal acceptance 0.58 on its card)."""
+    e = default_engine
+    ok, why = get("eagle").available(e)
+    assert ok, why
+    assert feature_draft(e).meta["base_model"] == e.name
+    accepted = 0
+    for p in ("Write a Python function that reverses a string.", "What is a hash map? Answer in two sentences."):
+        ref, _ = run(e, "ar", p, max_new_tokens=32, chat=True)
+        toks, steps = run(e, "eagle", p, max_new_tokens=32, chat=True, params={"adaptive": False, "k": 3})
+        assert toks == ref, p
+        accepted += sum(s.accepted for s in steps)
+    assert accepted >= 8
