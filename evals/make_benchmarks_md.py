@@ -527,8 +527,8 @@ def eagle_part() -> str:
     return f"""**`eagle`** (a feature-level draft: one decoder layer reading the target's final hidden states,
 `data/drafts/qwen2.5-coder-0.5b-instruct/eagle/`, {card.get('steps')} steps, {card.get('train_minutes')} min on
 {card.get('hardware')}; held-out acceptance of first proposals {held.get('a1')}, of later ones {held.get('a2')}) was
-trained after the runs above; its own run beside `ar` and `sps` (2 prompts of every suite, `python -m paradec bench
---eval-set` over `evals/mix_suites.py --per-suite 2`, `--strategies ar,sps,eagle --max-new-tokens 64`):
+trained after the runs above; its own run beside `ar` and `sps` (4 prompts of every suite, `python -m paradec bench
+--eval-set` over `evals/mix_suites.py --per-suite 4`, `--strategies ar,sps,eagle --max-new-tokens 64`):
 
 {section("eagle-suites.md")}
 """
