@@ -229,16 +229,22 @@ class Draft:
         return d
 
     def save(self, folder, meta: dict | None = None) -> Path:
-        from safetensors.torch import save_file
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        st = {k: v.to(torch.bfloat16).contiguous() for k, v in self.state().items()}
-        st["kept_ids"] = self.kept_ids.to(torch.int32)
-        tmp = folder / (WEIGHTS + ".tmp")
-        save_file(st, str(tmp), metadata={"format": FORMAT})
-        tmp.replace(folder / WEIGHTS)
-        (folder / CONFIG).write_text(json.dumps({**self.config_dict(), **(meta or {})}, indent=1, default=str) + "\n")
-        return folder
+        return save_folder(folder, self.state(), self.kept_ids, {**self.config_dict(), **(meta or {})})
+
+
+def save_folder(folder, state: dict, kept_ids: torch.Tensor, config: dict) -> Path:
+    """A draft folder: the trained tensors (bfloat16) and the kept token ids in draft.safetensors (written to a
+    temporary name, then renamed), the config (its "format" also in the file's metadata) in draft_config.json."""
+    from safetensors.torch import save_file
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    st = {k: v.to(torch.bfloat16).contiguous() for k, v in state.items()}
+    st["kept_ids"] = kept_ids.to(torch.int32)
+    tmp = folder / (WEIGHTS + ".tmp")
+    save_file(st, str(tmp), metadata={"format": config["format"]})
+    tmp.replace(folder / WEIGHTS)
+    (folder / CONFIG).write_text(json.dumps(config, indent=1, default=str) + "\n")
+    return folder
 
 
 def load(folder, engine) -> Draft:

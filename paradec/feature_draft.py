@@ -204,18 +204,7 @@ class FeatureDraft:
         return d
 
     def save(self, folder, meta: dict | None = None) -> Path:
-        from safetensors.torch import save_file
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        st = {k: v.to(torch.bfloat16).contiguous() for k, v in self.state().items()}
-        st["kept_ids"] = self.kept_ids.to(torch.int32)
-        tmp = folder / (D.WEIGHTS + ".tmp")
-        save_file(st, str(tmp), metadata={"format": FORMAT})
-        tmp.replace(folder / D.WEIGHTS)
-        (folder / D.CONFIG).write_text(json.dumps({**self.config_dict(), **(meta or {})}, indent=1,
-                                                  default=str) + "\n")
-        return folder
-
+        return D.save_folder(folder, self.state(), self.kept_ids, {**self.config_dict(), **(meta or {})})
 
 def load(folder, engine) -> FeatureDraft:
     """The feature draft in `folder` for the target `engine`, ready to decode; ValueError (a clear one) when the

@@ -154,3 +154,23 @@ def rejection(draft: list[int], draft_probs: torch.Tensor, logits: torch.Tensor,
         residual = torch.where(residual.sum() > 0, residual, p[i])
         return Verdict([int(t) for t in draft[:i]] + [rng.sample(residual)], i)
     return Verdict([int(t) for t in draft] + [rng.sample(p[len(draft)])], len(draft))
+
+
+def draft_verdict(proposals: list[int], qs: list[torch.Tensor], logits: torch.Tensor, sp: SamplingParams,
+                  rng: Rng) -> Verdict:
+    """A draft model's proposals checked by the target: `greedy` for greedy requests, else `rejection` with the
+    draft's processed distributions `qs` (one per proposal; none for a plain step)."""
+    if sp.greedy:
+        return greedy(proposals, logits)
+    qprobs = torch.stack(qs) if qs else logits.new_zeros((0, logits.shape[-1]))
+    return rejection(proposals, qprobs, logits, sp, rng)
+
+
+def draft_pick(logits: torch.Tensor, sp: SamplingParams, rng: Rng, qs: list[torch.Tensor]) -> int:
+    """The draft's proposal from its logits: the argmax when greedy, else a sample from its processed
+    distribution, which is appended to `qs` for `draft_verdict`."""
+    if sp.greedy:
+        return int(argmax(logits))
+    q = process(logits, sp)
+    qs.append(q)
+    return rng.sample(q)

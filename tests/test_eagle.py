@@ -238,3 +238,28 @@ def test_shipped_draft_on_the_default_model_is_lossless_and_accepted(default_eng
         assert toks == ref, p
         accepted += sum(s.accepted for s in steps)
     assert accepted >= 8
+
+
+@pytest.mark.slow
+def test_train_eagle_end_to_end_on_a_small_model_and_resume(model_dir, tmp_path):
+    """`train eagle --model M` on the random tiny model: teacher answers, features, steps, a loadable draft with a
+    card; a second run with more steps resumes from the checkpoint (features read from the cache)."""
+    import json
+
+    from paradec.engine import Engine
+    argv = ["--model", str(model_dir), "--vocab", "400", "--steps", "3", "--batch", "2", "--prompts", "9",
+            "--eval-prompts", "9", "--gen-tokens", "8", "--gen-batch", "9", "--eval-every", "3", "--ckpt-every", "3",
+            "--fill-chars", "20000", "--teacher-dtype", "float32", "--out", str(tmp_path / "d"),
+            "--work", str(tmp_path / "w"), "--teacher-cache", str(tmp_path / "w")]
+    assert ET.main(argv) == 0
+    cfg = json.loads((tmp_path / "d" / "draft_config.json").read_text())
+    assert cfg["steps"] == 3 and cfg["complete"] and [c["step"] for c in cfg["curve"]] == [0, 3]
+    assert 0.0 <= cfg["curve"][-1]["a1"] <= 1.0 and cfg["kept_tokens"] == 400
+    assert "a1 (first proposal" in (tmp_path / "d" / "README.md").read_text()
+    assert (tmp_path / "w" / "features_answers_float32.pt").exists()
+    fd = FD.load(tmp_path / "d", Engine.load(str(model_dir), dtype="float32"))
+    assert len(fd.kept_ids) == 400
+    argv[argv.index("--steps") + 1] = "5"
+    assert ET.main(argv) == 0
+    cfg = json.loads((tmp_path / "d" / "draft_config.json").read_text())
+    assert cfg["steps"] == 5 and [c["step"] for c in cfg["curve"]] == [0, 3, 5]

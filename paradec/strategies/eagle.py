@@ -26,9 +26,9 @@ import torch
 from .. import feature_draft as FD
 from .. import verification
 from ..engine import ModelError
-from ..sampling import argmax, process
+from ..sampling import argmax
 from .base import Param, Run, Strategy, register
-from .speculative import K_MAX, CostRule
+from .speculative import K_MAX, CostRule, draft_step
 
 TRAIN = "train it: python -m paradec train eagle --model MODEL"
 _LOCK = threading.Lock()
@@ -129,13 +129,7 @@ class Eagle(Strategy):
                     h = fd.hidden(feats, torch.tensor([seq[dlen + 1:]]), dcache)[:, -1:]
                     dlen, feats = len(seq) - 1, feats[:, :0]
                     for i in range(kk):
-                        lg = fd.logits(h[0, -1])
-                        if sp.greedy:
-                            x = int(argmax(lg))
-                        else:
-                            q = process(lg, sp)
-                            x = rng.sample(q)
-                            qs.append(q)
+                        x = verification.draft_pick(fd.logits(h[0, -1]), sp, rng, qs)
                         proposals.append(x)
                         if i + 1 < kk:
                             h = fd.hidden(h, torch.tensor([[x]]), dcache)
@@ -143,21 +137,14 @@ class Eagle(Strategy):
             base, fed = len(seq), engine.cache_len(tcache)
             with FD.capture(engine) as got:
                 logits = engine.forward(seq[fed:] + proposals, tcache, logits_to_keep=kk + 1, upcast=False)[0]
-            if sp.greedy:
-                v = verification.greedy(proposals, logits)
-            else:
-                qprobs = torch.stack(qs) if qs else logits.new_zeros((0, logits.shape[-1]))
-                v = verification.rejection(proposals, qprobs, logits, sp, rng)
+            v = verification.draft_verdict(proposals, qs, logits, sp, rng)
             engine.crop(tcache, base + v.accepted)
             _crop(dcache, dlen)
             # true features of the positions settled now (fed .. base + accepted - 1) join the unread ones
             new = got[-1][:, :base + v.accepted - fed]
             feats = new if feats is None else torch.cat([feats[:, :fed - dlen], new], 1)
             seq += v.tokens
-            step = out.step(v.tokens, forward_passes=1, draft_passes=kk, drafted=kk, prefill=prefill,
-                            info={"k": kk})
-            step.accepted = min(v.accepted, len(step.token_ids))
-            yield step
+            yield draft_step(out, v, kk, prefill)
             if out.done:
                 return
             prefill = False

@@ -26,7 +26,6 @@ import torch
 
 from .. import verification
 from ..engine import Engine, ModelError
-from ..sampling import argmax, process
 from .base import Param, Request, RequestError, Run, Strategy, register
 
 K_MIN, K_MAX = 1, 16
@@ -217,6 +216,15 @@ class CostRule:
         return k
 
 
+def draft_step(out, v, drafted: int, prefill: bool):
+    """The Step of one draft-and-verify step: one target pass, `drafted` draft passes and proposals, the verdict's
+    tokens (cut by the output's stopping rules) and how many proposals were kept."""
+    step = out.step(v.tokens, forward_passes=1, draft_passes=drafted, drafted=drafted, prefill=prefill,
+                    info={"k": drafted})
+    step.accepted = min(v.accepted, len(step.token_ids))
+    return step
+
+
 @register
 class SpeculativeSampling(Strategy):
     name = "sps"
@@ -268,30 +276,18 @@ class SpeculativeSampling(Strategy):
             caught_up, t0 = len(feed) <= 2, time.perf_counter()    # one or two tokens: an ordinary step
             for _ in range(kk):
                 lg = fit_vocab(draft.forward(feed, dcache, logits_to_keep=1, upcast=False)[0, -1], engine.vocab_size)
-                if sp.greedy:
-                    x = int(argmax(lg))
-                else:
-                    q = process(lg, sp)
-                    x = rng.sample(q)
-                    qs.append(q)
+                x = verification.draft_pick(lg, sp, rng, qs)
                 proposals.append(x)
                 feed = [x]
             draft_seconds = time.perf_counter() - t0 if caught_up else None
             base = len(seq)
             logits = engine.forward(seq[engine.cache_len(tcache):] + proposals, tcache, logits_to_keep=kk + 1,
                                     upcast=False)[0]
-            if sp.greedy:
-                v = verification.greedy(proposals, logits)
-            else:
-                qprobs = torch.stack(qs) if qs else logits.new_zeros((0, logits.shape[-1]))
-                v = verification.rejection(proposals, qprobs, logits, sp, rng)
+            v = verification.draft_verdict(proposals, qs, logits, sp, rng)
             engine.crop(tcache, base + v.accepted)
             draft.crop(dcache, base + v.accepted)      # a no-op when it holds less
             seq += v.tokens
-            step = out.step(v.tokens, forward_passes=1, draft_passes=kk, drafted=kk, prefill=prefill,
-                            info={"k": kk})
-            step.accepted = min(v.accepted, len(step.token_ids))
-            yield step
+            yield draft_step(out, v, kk, prefill)
             if out.done:
                 return
             prefill = False

@@ -2,7 +2,10 @@
 the optimizer step, the common command-line options, and loading the model to train for."""
 from __future__ import annotations
 
+import math
 import os
+import sys
+import time
 from pathlib import Path
 
 import torch
@@ -71,3 +74,47 @@ def engine_and_out(args, adapter_cls):
     if out is None:
         return None, "the model is not a local folder; pass --out DIR for the parameters"
     return engine, out
+
+
+def cosine_lr(step: int, lr: float, warmup: int, steps: int) -> float:
+    """Linear warm-up over `warmup` steps, then cosine decay to a tenth of `lr` at `steps`."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    frac = (step - warmup) / max(1, steps - warmup)
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+def run_steps(args, run: dict, opt, params, loss_fn, evaluate, save, desc: str) -> None:
+    """The distillation trainers' loop (draft, eagle): from run["step"] to args.steps, each step at
+    `cosine_lr`, loss_fn() -> (loss, {shown figures}); every args.eval_every steps run["curve"] gains
+    {"step", "loss" (moving average), **evaluate()}; save() every args.ckpt_every steps and at the end; stops
+    (saved) after args.max_minutes. run["elapsed"] counts training and evaluation seconds, not saving."""
+    from tqdm import tqdm
+    deadline = time.time() + args.max_minutes * 60 if args.max_minutes else None
+    bar = tqdm(total=args.steps, initial=run["step"], desc=desc, file=sys.stderr, mininterval=10)
+    ema = None
+    while run["step"] < args.steps:
+        ts = time.time()
+        for g in opt.param_groups:
+            g["lr"] = cosine_lr(run["step"], args.lr, args.warmup, args.steps)
+        loss, parts = loss_fn()
+        optimizer_step(loss, params, opt)
+        loss = float(loss.detach())
+        run["step"] += 1
+        run["elapsed"] += time.time() - ts
+        ema = loss if ema is None else 0.95 * ema + 0.05 * loss
+        bar.update(1)
+        bar.set_postfix(loss=f"{ema:.3f}", **{k: f"{v:.2f}" for k, v in parts.items()})
+        step = run["step"]
+        stop = deadline is not None and time.time() > deadline
+        if step % args.eval_every == 0 or step == args.steps or stop:
+            te = time.time()
+            run["curve"].append({"step": step, "loss": round(ema, 4), **evaluate()})
+            run["elapsed"] += time.time() - te
+            print(run["curve"][-1], file=sys.stderr, flush=True)
+        if step % args.ckpt_every == 0 or step == args.steps or stop:
+            save()
+        if stop:
+            print(f"stopping at step {step}: --max-minutes {args.max_minutes} reached", file=sys.stderr)
+            break
+    bar.close()

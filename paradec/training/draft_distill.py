@@ -26,7 +26,6 @@ load time, so the folder holds only the layers (bfloat16, tens of MB).
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import sys
 import time
@@ -252,8 +251,6 @@ def soft_data(args, engine, rows: list[dict], work: Path) -> tuple[list, str]:
 
 
 def train(args) -> Path:
-    from tqdm import tqdm
-
     from ..engine import Engine, cpu_name
     torch.manual_seed(args.seed)
     engine = Engine.load(args.model, dtype="float32")
@@ -288,12 +285,13 @@ def train(args) -> Path:
         prm.requires_grad_(False)
     params = draft.trainable()
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
-    step, curve, elapsed = 0, [], 0.0
+    run = {"step": 0, "curve": [], "elapsed": 0.0}
     if st is not None:
         opt.load_state_dict(st["opt"])
-        step, curve, elapsed = st["step"], st["curve"], st["elapsed"]
+        run = {k: st[k] for k in run}
         torch.set_rng_state(st["torch_rng"])
-    rng = random.Random(args.seed * 1000 + step)
+    curve = run["curve"]
+    rng = random.Random(args.seed * 1000 + run["step"])
     if args.soft_top:
         groups, soft_desc = soft_data(args, engine, rows, work)
         data_desc = f"{data_desc}; {soft_desc}"
@@ -301,15 +299,9 @@ def train(args) -> Path:
     else:
         data = batches(rows, args.batch, args.max_len, rng)
 
-    def lr_at(s):
-        if s < args.warmup:
-            return args.lr * (s + 1) / args.warmup
-        frac = (s - args.warmup) / max(1, args.steps - args.warmup)
-        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
-
     def save(final=False):
         meta = {"base_model": engine.name, "trained_with": "python -m paradec train draft " + " ".join(args.argv),
-                "steps": step, "train_minutes": round(elapsed / 60, 2), "teacher_minutes": teacher_min,
+                "steps": run["step"], "train_minutes": round(run["elapsed"] / 60, 2), "teacher_minutes": teacher_min,
                 "hardware": f"{cpu_name()}, {torch.get_num_threads()} thread(s), {engine.device} "
                             f"({str(engine.dtype).replace('torch.', '')})",
                 "data": data_desc, "vocab_coverage": cov, "lr": args.lr, "batch": args.batch,
@@ -317,39 +309,16 @@ def train(args) -> Path:
                 "heldout_acceptance": curve[-1] if curve else None}
         draft.save(out, meta)
         checkpoint.save(ckpt, {"struct": struct, "config": draft.config_dict(), "draft": draft.state(),
-                               "opt": opt.state_dict(), "step": step, "curve": curve, "elapsed": elapsed,
-                               "torch_rng": torch.get_rng_state()})
+                               "opt": opt.state_dict(), **run, "torch_rng": torch.get_rng_state()})
+
+    def loss_fn():
+        return (soft_loss(draft, *next(data)) if args.soft_top else step_loss(draft, *next(data))), {}
 
     if not curve:
         curve.append({"step": 0, **acceptance(draft, held, args.max_len)})
         print(curve[-1], file=sys.stderr, flush=True)
-    deadline = time.time() + args.max_minutes * 60 if args.max_minutes else None
-    bar = tqdm(total=args.steps, initial=step, desc="draft", file=sys.stderr, mininterval=10)
-    ema = None
-    while step < args.steps:
-        ts = time.time()
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step)
-        loss = soft_loss(draft, *next(data)) if args.soft_top else step_loss(draft, *next(data))
-        checkpoint.optimizer_step(loss, params, opt)
-        loss = loss.detach()
-        step += 1
-        elapsed += time.time() - ts
-        ema = float(loss) if ema is None else 0.95 * ema + 0.05 * float(loss)
-        bar.update(1)
-        bar.set_postfix(loss=f"{ema:.3f}")
-        stop = deadline is not None and time.time() > deadline
-        if step % args.eval_every == 0 or step == args.steps or stop:
-            te = time.time()
-            curve.append({"step": step, "loss": round(ema, 4), **acceptance(draft, held, args.max_len)})
-            elapsed += time.time() - te
-            print(curve[-1], file=sys.stderr, flush=True)
-        if step % args.ckpt_every == 0 or step == args.steps or stop:
-            save()
-        if stop:
-            print(f"stopping at step {step}: --max-minutes {args.max_minutes} reached", file=sys.stderr)
-            break
-    bar.close()
+    checkpoint.run_steps(args, run, opt, params, loss_fn, lambda: acceptance(draft, held, args.max_len), save,
+                         "draft")
     save(final=True)
     write_card(out)
     print(f"wrote {out}", file=sys.stderr)

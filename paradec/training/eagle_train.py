@@ -23,7 +23,6 @@ next token's embedding. Its data are the target's own hidden states:
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import sys
 import time
@@ -149,8 +148,6 @@ def acceptance(fd: FD.FeatureDraft, rows: list[dict]) -> dict:
 
 
 def train(args) -> Path:
-    from tqdm import tqdm
-
     from ..engine import Engine, cpu_name
     torch.manual_seed(args.seed)
     engine = Engine.load(args.model, dtype="float32")
@@ -203,23 +200,18 @@ def train(args) -> Path:
         prm.requires_grad_(False)
     params = fd.trainable()
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
-    step, curve, elapsed = 0, [], 0.0
+    run = {"step": 0, "curve": [], "elapsed": 0.0}
     if st is not None:
         opt.load_state_dict(st["opt"])
-        step, curve, elapsed = st["step"], st["curve"], st["elapsed"]
+        run = {k: st[k] for k in run}
         torch.set_rng_state(st["torch_rng"])
-    data = batches(groups, args.batch, random.Random(args.seed * 1000 + step))
-    gen = torch.Generator().manual_seed(args.seed * 1000 + step)
-
-    def lr_at(s):
-        if s < args.warmup:
-            return args.lr * (s + 1) / args.warmup
-        frac = (s - args.warmup) / max(1, args.steps - args.warmup)
-        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+    curve = run["curve"]
+    data = batches(groups, args.batch, random.Random(args.seed * 1000 + run["step"]))
+    gen = torch.Generator().manual_seed(args.seed * 1000 + run["step"])
 
     def save(final=False):
         meta = {"base_model": engine.name, "trained_with": "python -m paradec train eagle " + " ".join(args.argv),
-                "steps": step, "train_minutes": round(elapsed / 60, 2),
+                "steps": run["step"], "train_minutes": round(run["elapsed"] / 60, 2),
                 "teacher_minutes": ans.minutes_for_card(), "feature_minutes": feat_min,
                 "hardware": f"{cpu_name()}, {torch.get_num_threads()} thread(s), {engine.device} (float32)",
                 "data": data_desc, "vocab_coverage": cov, "lr": args.lr, "batch": args.batch,
@@ -227,39 +219,14 @@ def train(args) -> Path:
                 "complete": final, "heldout": curve[-1] if curve else None}
         fd.save(out, meta)
         checkpoint.save(ckpt, {"struct": struct, "config": fd.config_dict(), "draft": fd.state(),
-                               "opt": opt.state_dict(), "step": step, "curve": curve, "elapsed": elapsed,
-                               "torch_rng": torch.get_rng_state()})
+                               "opt": opt.state_dict(), **run, "torch_rng": torch.get_rng_state()})
 
     if not curve:
         curve.append({"step": 0, **acceptance(fd, ho)})
         print(curve[-1], file=sys.stderr, flush=True)
-    deadline = time.time() + args.max_minutes * 60 if args.max_minutes else None
-    bar = tqdm(total=args.steps, initial=step, desc="eagle", file=sys.stderr, mininterval=10)
-    ema = None
-    while step < args.steps:
-        ts = time.time()
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step)
-        loss, parts = losses(fd, *next(data), scale, args.reg, args.ttt_share, gen)
-        checkpoint.optimizer_step(loss, params, opt)
-        loss = loss.detach()
-        step += 1
-        elapsed += time.time() - ts
-        ema = float(loss) if ema is None else 0.95 * ema + 0.05 * float(loss)
-        bar.update(1)
-        bar.set_postfix(loss=f"{ema:.3f}", **{k: f"{v:.2f}" for k, v in parts.items()})
-        stop = deadline is not None and time.time() > deadline
-        if step % args.eval_every == 0 or step == args.steps or stop:
-            te = time.time()
-            curve.append({"step": step, "loss": round(ema, 4), **acceptance(fd, ho)})
-            elapsed += time.time() - te
-            print(curve[-1], file=sys.stderr, flush=True)
-        if step % args.ckpt_every == 0 or step == args.steps or stop:
-            save()
-        if stop:
-            print(f"stopping at step {step}: --max-minutes {args.max_minutes} reached", file=sys.stderr)
-            break
-    bar.close()
+    checkpoint.run_steps(args, run, opt, params,
+                         lambda: losses(fd, *next(data), scale, args.reg, args.ttt_share, gen),
+                         lambda: acceptance(fd, ho), save, "eagle")
     save(final=True)
     write_card(out)
     print(f"wrote {out}", file=sys.stderr)
