@@ -448,11 +448,12 @@ def summary_table(prefix: str = "default") -> tuple[list[str], list[str], list[f
     """The per-suite summary of the runs docs/bench/PREFIX-SUITE.md: (suites present, table lines,
     ar / hf-generate ratios, lossless mismatches in all, ar's roofline percentages)."""
     have = [s for s in DEFAULT_SUITES if (B / f"{prefix}-{s}.md").exists()]
-    head = ("| suite | n | ar tok/s | ar ÷ hf-generate | sps speed-up (τ) | sps ÷ hf-assisted | eagle speed-up (τ) | "
-            "pld speed-up (τ) | "
-            "hf-pld speed-up | lookahead speed-up (τ) | ptp speed-up (τ) | lossless mismatches | "
-            "ar vs read-bandwidth roofline |")
-    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    eagle = any("eagle" in rows(f"{prefix}-{s}.md") for s in have)    # a column only once a run has it
+    cols = (["suite", "n", "ar tok/s", "ar ÷ hf-generate", "sps speed-up (τ)", "sps ÷ hf-assisted"]
+            + ["eagle speed-up (τ)"] * eagle
+            + ["pld speed-up (τ)", "hf-pld speed-up", "lookahead speed-up (τ)", "ptp speed-up (τ)",
+               "lossless mismatches", "ar vs read-bandwidth roofline"])
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     gen_ratios, mism_total, fracs = [], 0, []
     for suite in have:
         name = f"{prefix}-{suite}.md"
@@ -470,7 +471,7 @@ def summary_table(prefix: str = "default") -> tuple[list[str], list[str], list[f
             fracs.append(int(m.group(1)))
         sa = relative(r, "sps", "hf-assisted")
         lines.append(f"| {suite} | {r['ar']['n']} | {r['ar']['tokens/s']} | {f'{g:.2f}' if g else '–'} | {cell('sps')} | "
-                     f"{f'{sa:.2f}' if sa else '–'} | {cell('eagle')} | {cell('pld')} | "
+                     f"{f'{sa:.2f}' if sa else '–'} | {(cell('eagle') + ' | ') if eagle else ''}{cell('pld')} | "
                      f"{r['hf-pld']['speed-up vs ar'] if 'hf-pld' in r else '–'} | {cell('lookahead')} | {cell('ptp')} | "
                      f"{mism} | "
                      f"{(m.group(1) + '% of ' + m.group(2) + ' tok/s') if m else '–'} |")

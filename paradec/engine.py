@@ -229,9 +229,10 @@ class Engine:
     def cache_len(cache) -> int:
         return int(cache.get_seq_length()) if cache is not None else 0
 
-    def crop(self, cache, length: int) -> None:
+    @staticmethod
+    def crop(cache, length: int) -> None:
         """Roll the cache back to its first `length` positions."""
-        remove = self.cache_len(cache) - length
+        remove = Engine.cache_len(cache) - length
         if remove > 0:
             cache.crop(-remove)
 

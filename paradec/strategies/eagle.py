@@ -25,7 +25,7 @@ import torch
 
 from .. import feature_draft as FD
 from .. import verification
-from ..engine import ModelError
+from ..engine import Engine, ModelError
 from ..sampling import argmax
 from .base import Param, Run, Strategy, register
 from .speculative import K_MAX, CostRule, draft_step
@@ -87,12 +87,6 @@ def step_cost(engine, fd: FD.FeatureDraft, repeats: int = 5) -> float:
     return memo[id(fd)]
 
 
-def _crop(cache, length: int) -> None:
-    remove = int(cache.get_seq_length()) - length
-    if remove > 0:
-        cache.crop(-remove)
-
-
 @register
 class Eagle(Strategy):
     name = "eagle"
@@ -139,7 +133,7 @@ class Eagle(Strategy):
                 logits = engine.forward(seq[fed:] + proposals, tcache, logits_to_keep=kk + 1, upcast=False)[0]
             v = verification.draft_verdict(proposals, qs, logits, sp, rng)
             engine.crop(tcache, base + v.accepted)
-            _crop(dcache, dlen)
+            Engine.crop(dcache, dlen)
             # true features of the positions settled now (fed .. base + accepted - 1) join the unread ones
             new = got[-1][:, :base + v.accepted - fed]
             feats = new if feats is None else torch.cat([feats[:, :fed - dlen], new], 1)

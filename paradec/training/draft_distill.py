@@ -125,15 +125,15 @@ def corpus_windows(engine, n: int, max_len: int, seed: int) -> list[list[int]]:
 
 
 @torch.no_grad()
-def soft_labels(engine, seqs: list[tuple[list[int], int]], top: int, cache: Path, label: str,
-                batch: int = 8) -> list[dict]:
-    """The target's `top` most probable next tokens and their probabilities (over its full vocabulary) at every
-    position from `first` to the second-to-last of each (ids, first): one teacher-forced pass per row instead of
-    one sampled token, the draft's soft targets. Cached in `cache` per (ids, first), saved as it goes."""
+def teacher_forced(engine, seqs: list[tuple[list[int], int]], per_row, key: dict, cache: Path | None, label: str,
+                   batch: int = 8) -> list[dict]:
+    """Each (ids, first) with what `per_row(h, ids, first)` (a dict) makes of the target's final hidden states h
+    (len(ids), hidden) over that row: one teacher-forced pass per row, in right-padded batches of similar length.
+    Cached in `cache` (when given) per (ids, first) under `key`, saved as it goes; returns
+    [{"ids", "first", **per_row(...)}] in the order of `seqs`."""
     from tqdm import tqdm
-    key = {"model": engine.name, "top": top}
     have = {}
-    if cache.exists():
+    if cache is not None and cache.exists():
         saved = torch.load(cache)
         if saved.get("key") == key:
             have = saved["rows"]
@@ -141,13 +141,13 @@ def soft_labels(engine, seqs: list[tuple[list[int], int]], top: int, cache: Path
                   key=lambda x: len(x[0]))
 
     def save():
-        tmp = cache.with_name(cache.name + ".tmp")
-        torch.save({"key": key, "rows": have}, tmp)
-        tmp.replace(cache)
-    head = engine.model.get_output_embeddings()
+        if cache is not None:
+            tmp = cache.with_name(cache.name + ".tmp")
+            torch.save({"key": key, "rows": have}, tmp)
+            tmp.replace(cache)
     last = time.time()
-    for b in tqdm(range(0, len(todo), batch), desc=f"target soft labels ({label})", file=sys.stderr,
-                  mininterval=10):
+    for b in tqdm(range(0, len(todo), batch), desc=f"target passes ({label})", file=sys.stderr,
+                  mininterval=10, disable=len(todo) < 64):
         part = todo[b:b + batch]
         L = max(len(ids) for ids, _f in part)
         x = torch.zeros(len(part), L, dtype=torch.long)
@@ -155,15 +155,28 @@ def soft_labels(engine, seqs: list[tuple[list[int], int]], top: int, cache: Path
             x[i, :len(ids)] = torch.tensor(ids)       # right padding: causal attention never reads it
         h = D._decoder(engine.model)(input_ids=x.to(engine.device), use_cache=False).last_hidden_state
         for i, (ids, first) in enumerate(part):
-            lp = torch.log_softmax(head(h[i, first:len(ids) - 1]).float(), -1)
-            v, t = lp.topk(top, -1)
-            have[(ids, first)] = {"top_ids": t.to(torch.int32).cpu(), "top_p": v.exp().to(torch.float16).cpu()}
+            have[(ids, first)] = per_row(h[i, :len(ids)], ids, first)
         if time.time() - last > 120:
             save()
             last = time.time()
     if todo:
         save()
     return [{"ids": list(ids), "first": first, **have[(tuple(ids), first)]} for ids, first in seqs]
+
+
+def soft_labels(engine, seqs: list[tuple[list[int], int]], top: int, cache: Path, label: str,
+                batch: int = 8) -> list[dict]:
+    """The target's `top` most probable next tokens and their probabilities (over its full vocabulary) at every
+    position from `first` to the second-to-last of each (ids, first): one teacher-forced pass per row instead of
+    one sampled token, the draft's soft targets. Cached in `cache` per (ids, first), saved as it goes."""
+    head = engine.model.get_output_embeddings()
+
+    def top_k(h, ids, first):
+        lp = torch.log_softmax(head(h[first:len(ids) - 1]).float(), -1)
+        v, t = lp.topk(top, -1)
+        return {"top_ids": t.to(torch.int32).cpu(), "top_p": v.exp().to(torch.float16).cpu()}
+    return teacher_forced(engine, seqs, top_k, {"model": engine.name, "top": top}, cache, f"soft labels, {label}",
+                          batch)
 
 
 def soft_batches(groups: list[tuple[list[dict], float]], batch: int, rng: random.Random):

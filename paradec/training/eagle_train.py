@@ -35,48 +35,18 @@ from .. import draft as D
 from .. import feature_draft as FD
 from . import checkpoint
 from . import teacher as TCH
-from .draft_distill import answer_span, choose_vocab, corpus_fill, corpus_windows, coverage
+from .draft_distill import answer_span, choose_vocab, corpus_fill, corpus_windows, coverage, teacher_forced
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@torch.no_grad()
 def features(engine, seqs: list[tuple[list[int], int]], cache: Path | None, label: str,
              batch: int = 8) -> list[dict]:
-    """Each (ids, first) with the target's final hidden states at every position (L, hidden), bfloat16. Cached
-    in `cache` (when given) per (ids, first), saved as it goes."""
-    from tqdm import tqdm
-    key = {"model": engine.name, "dtype": str(engine.dtype)}
-    have = {}
-    if cache is not None and cache.exists():
-        saved = torch.load(cache)
-        if saved.get("key") == key:
-            have = saved["rows"]
-    todo = sorted({(tuple(ids), first) for ids, first in seqs if (tuple(ids), first) not in have},
-                  key=lambda x: len(x[0]))
-
-    def save():
-        if cache is not None:
-            tmp = cache.with_name(cache.name + ".tmp")
-            torch.save({"key": key, "rows": have}, tmp)
-            tmp.replace(cache)
-    last = time.time()
-    for b in tqdm(range(0, len(todo), batch), desc=f"target features ({label})", file=sys.stderr,
-                  mininterval=10, disable=len(todo) < 64):
-        part = todo[b:b + batch]
-        L = max(len(ids) for ids, _f in part)
-        x = torch.zeros(len(part), L, dtype=torch.long)
-        for i, (ids, _f) in enumerate(part):
-            x[i, :len(ids)] = torch.tensor(ids)       # right padding: causal attention never reads it
-        h = D._decoder(engine.model)(input_ids=x.to(engine.device), use_cache=False).last_hidden_state
-        for i, (ids, first) in enumerate(part):
-            have[(ids, first)] = h[i, :len(ids)].to(torch.bfloat16).cpu().clone()
-        if time.time() - last > 120:
-            save()
-            last = time.time()
-    if todo:
-        save()
-    return [{"ids": list(ids), "first": first, "feats": have[(tuple(ids), first)]} for ids, first in seqs]
+    """Each (ids, first) with the target's final hidden states at every position ("feats": (L, hidden),
+    bfloat16). Cached in `cache` (when given) per (ids, first), saved as it goes."""
+    return teacher_forced(engine, seqs, lambda h, _ids, _first: {"feats": h.to(torch.bfloat16).cpu().clone()},
+                          {"model": engine.name, "dtype": str(engine.dtype), "rows": "feats"}, cache,
+                          f"features, {label}", batch)
 
 
 def make_batch(pick: list[dict]):
