@@ -237,6 +237,18 @@ class Engine:
             cache.crop(-remove)
 
     @staticmethod
+    def keep(cache, start: int, rows: list[int]) -> None:
+        """Keep, of the positions from `start` on, only those at start + rows[i] (in that order; rows ascending),
+        moved to start + i; the cache ends there (a tree pass's accepted path)."""
+        if list(rows) != list(range(len(rows))):
+            idx = torch.tensor(rows, dtype=torch.long) + start
+            with torch.inference_mode():
+                for layer in cache.layers:
+                    for t in (layer.keys, layer.values):
+                        t[:, :, start:start + len(rows)] = t[:, :, idx.to(t.device)]
+        Engine.crop(cache, start + len(rows))
+
+    @staticmethod
     def cache_kv(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each layer's (keys, values), (B, heads, T, head_dim): views of the cache's own tensors."""
         return [(layer.keys, layer.values) for layer in cache.layers]

@@ -134,15 +134,19 @@ class FeatureDraft:
         emb = D._decoder(self.net.shell).embed_tokens(tokens.to(feats.device))
         return self.net.fc(torch.cat([feats.to(emb.dtype), emb], -1))
 
-    def hidden(self, feats: torch.Tensor, tokens: torch.Tensor, cache=None) -> torch.Tensor:
+    def hidden(self, feats: torch.Tensor, tokens: torch.Tensor, cache=None, positions=None, mask=None
+               ) -> torch.Tensor:
         """The predicted next features f^ (B, T, hidden) for the pairs (feats[:, j], tokens[:, j]); with a cache,
-        these positions follow the ones it holds (and are added to it)."""
+        these positions follow the ones it holds (and are added to it). `positions` (B, T) and a 4-D additive
+        `mask` over cache + new positions place the pairs elsewhere (the nodes of a draft tree); by default they
+        follow the cache causally."""
         x = self.inputs(feats, tokens)
         if self.lean and not torch.is_grad_enabled():
             from . import fastpath
-            return fastpath.forward(self.net.shell, embeds=x, cache=cache, head=False)
-        return D._decoder(self.net.shell)(inputs_embeds=x, past_key_values=cache,
-                                          use_cache=cache is not None).last_hidden_state
+            return fastpath.forward(self.net.shell, embeds=x, cache=cache, positions=positions, mask=mask,
+                                    head=False)
+        return D._decoder(self.net.shell)(inputs_embeds=x, past_key_values=cache, position_ids=positions,
+                                          attention_mask=mask, use_cache=cache is not None).last_hidden_state
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary logits (-inf outside the kept tokens) for hidden states h (..., hidden)."""

@@ -18,6 +18,11 @@ least one token, and the output is the target's:
                  as the target's samples (not token-for-token equal to `ar`; it uses its own random stream,
                  `Rng`, seeded from the request's seed).
 
+`tree` verifies a tree of proposals (eagle's tree drafts): at each accepted node its children are tried in order
+(greedy: the child equal to the target's argmax; sampling: child x accepted with probability r(x) / sum(r), r
+the target's processed distribution with the children already refused set to 0, then a draw from r when none
+is; that is exactly a draw from p, so the output is distributed as the target's whatever the draft proposed).
+
 `longest` verifies several candidate continuations of one context (lookahead's pool n-grams) by the coupled
 rule. A step's rows are chosen first and picked together (`picks`: one batched pick, one read-back), whatever
 the number of candidates; logits may be in the model's dtype (only the chosen rows are upcast).
@@ -174,3 +179,48 @@ def draft_pick(logits: torch.Tensor, sp: SamplingParams, rng: Rng, qs: list[torc
     q = process(logits, sp)
     qs.append(q)
     return rng.sample(q)
+
+
+def tree(tokens: list[int], parents: list[int], logits: torch.Tensor, sp: SamplingParams, rng: Rng
+         ) -> tuple[Verdict, list[int]]:
+    """Verify a tree of proposals. Node i holds token tokens[i] and hangs under node parents[i] (-1: the root, the
+    context's last token; every parent comes before its children, and a node's children are tried in index
+    order). logits (n + 1, V): row 0 the target's at the root, row 1 + i at node i. Returns the verdict (the
+    accepted path's tokens, then the target's own token) and the accepted path's node indices."""
+    n = len(tokens)
+    rows = logits.reshape(-1, logits.shape[-1])
+    if rows.shape[0] != n + 1 or len(parents) != n:
+        raise ValueError(f"a tree of {n} nodes needs {n + 1} rows of logits, got {rows.shape[0]}")
+    children: dict[int, list[int]] = {}
+    for i, par in enumerate(parents):
+        if not -1 <= par < i:
+            raise ValueError(f"node {i}'s parent {par} does not come before it")
+        children.setdefault(par, []).append(i)
+    path, node = [], -1
+    if sp.greedy:
+        best = argmax(rows).tolist()         # every row's argmax, one read-back
+        while True:
+            t = best[node + 1]
+            nxt = next((c for c in children.get(node, []) if int(tokens[c]) == t), None)
+            if nxt is None:
+                return Verdict([int(tokens[c]) for c in path] + [t], len(path)), path
+            path.append(nxt)
+            node = nxt
+    while True:
+        r = process(rows[node + 1:node + 2], sp)[0]
+        nxt = None
+        for c in children.get(node, []):
+            tok = int(tokens[c])
+            mass, px = r.sum().tolist(), float(r[tok])
+            if px > 0 and rng.uniform() * mass < px:
+                nxt = c
+                break
+            r = r.clone()
+            r[tok] = 0
+        if nxt is None:
+            total = float(r.sum())
+            r = r / total if total > 0 else process(rows[node + 1:node + 2], sp)[0]   # (rounding: all refused)
+            return Verdict([int(tokens[c]) for c in path] + [rng.sample(r)], len(path)), path
+        path.append(nxt)
+        node = nxt
+

@@ -9,15 +9,17 @@ import pytest
 import torch
 
 from paradec import feature_draft as FD
-from paradec.engine import ModelError
+from paradec.engine import Engine, ModelError
 from paradec.sampling import SamplingParams, process
 from paradec.strategies import Request, get, load_all
+from paradec.strategies import eagle as E
 from paradec.strategies.eagle import feature_draft
 from paradec.testing import random_engine
 from paradec.training import eagle_train as ET
 
 load_all()
 
+CHAIN5 = {"tree": False, "adaptive": False, "k": 5}
 PROMPTS = ["def f(x):", "hello there", "import os\n", "class A:", "for i in range(10):", "print(1)"]
 
 
@@ -121,7 +123,7 @@ def test_greedy_equals_ar_token_for_token(target, trained, adaptive, k):
     accepted = 0
     for p in PROMPTS[:3] + ["Something the draft never saw: 42 * 17 ="]:
         ref, _ = run(target, "ar", p)
-        toks, steps = run(target, "eagle", p, params={"adaptive": adaptive, "k": k})
+        toks, steps = run(target, "eagle", p, params={"tree": False, "adaptive": adaptive, "k": k})
         assert toks == ref, p
         assert steps[0].drafted == 0 and steps[0].prefill          # the first step has no features to read
         for s in steps:
@@ -139,20 +141,20 @@ def test_an_untrained_draft_is_still_lossless(target):
     use(target, FD.FeatureDraft.from_target(target, sorted(range(0, target.vocab_size, 2))).prepare())
     for p in PROMPTS[:2]:
         ref, _ = run(target, "ar", p)
-        toks, steps = run(target, "eagle", p, params={"adaptive": False, "k": 4})
+        toks, steps = run(target, "eagle", p, params={"tree": False, "adaptive": False, "k": 4})
         assert toks == ref
         assert sum(s.drafted for s in steps) > 40
 
 
 def test_budget_and_eos(target, trained):
     use(target, trained[0])
-    toks, steps = run(target, "eagle", PROMPTS[0], max_new_tokens=7, params={"adaptive": False, "k": 5})
+    toks, steps = run(target, "eagle", PROMPTS[0], max_new_tokens=7, params=CHAIN5)
     assert len(toks) == 7 and steps[-1].finished
     ref, _ = run(target, "ar", PROMPTS[0])
     cut = next(i for i in range(8, 30) if ref[i] not in ref[:i])
     eng = copy.copy(target)
     eng.eos_ids = {ref[cut]}
-    got, st = run(eng, "eagle", PROMPTS[0], ignore_eos=False, params={"adaptive": False, "k": 5})
+    got, st = run(eng, "eagle", PROMPTS[0], ignore_eos=False, params=CHAIN5)
     assert got == ref[:cut] and st[-1].finish_reason == "eos"
 
 
@@ -182,7 +184,7 @@ def test_sampling_is_lossless_in_distribution(target, trained):
     n, counts, accepted, drafted = 400, {}, 0, 0
     for seed in range(n):
         toks, steps = run(target, "eagle", prompt, max_new_tokens=3, temperature=1.0, top_k=5, seed=seed,
-                          params={"adaptive": False, "k": 2})
+                          params={"tree": False, "adaptive": False, "k": 2})
         counts[tuple(toks[:2])] = counts.get(tuple(toks[:2]), 0) + 1
         accepted += sum(s.accepted for s in steps)
         drafted += sum(s.drafted for s in steps)
@@ -224,9 +226,11 @@ def test_trainer_refuses_impossible_arguments(capsys):
         assert "must" in capsys.readouterr().err
 
 
-def test_shipped_draft_on_the_default_model_is_lossless_and_accepted(default_engine):
-    """The feature draft shipped for the default model loads against it, and greedy eagle is ar token for token
-    with proposals really accepted (held-out first-proposal acceptance 0.58 on its card)."""
+@pytest.mark.parametrize("params", [{"tree": False, "adaptive": False, "k": 3}, {}])
+def test_shipped_draft_on_the_default_model_is_lossless_and_accepted(default_engine, params):
+    """The feature draft shipped for the default model loads against it, and greedy eagle (a chain of 3, and the
+    default tree with its measured-cost choice of nodes) is ar token for token with proposals really accepted
+    (held-out first-proposal acceptance 0.58 on its card)."""
     e = default_engine
     ok, why = get("eagle").available(e)
     assert ok, why
@@ -234,10 +238,151 @@ def test_shipped_draft_on_the_default_model_is_lossless_and_accepted(default_eng
     accepted = 0
     for p in ("Write a Python function that reverses a string.", "What is a hash map? Answer in two sentences."):
         ref, _ = run(e, "ar", p, max_new_tokens=32, chat=True)
-        toks, steps = run(e, "eagle", p, max_new_tokens=32, chat=True, params={"adaptive": False, "k": 3})
+        toks, steps = run(e, "eagle", p, max_new_tokens=32, chat=True, params=params)
         assert toks == ref, p
         accepted += sum(s.accepted for s in steps)
     assert accepted >= 8
+
+
+# ---------------------------------------------------------------- trees (EAGLE-2)
+
+def flat_costs(engine):
+    """Every pass width costs the same: the tree's cost cut then keeps every node up to `nodes` (the tiny model's
+    own measured costs grow with the width and would keep only a few)."""
+    engine.extras.setdefault("pass_costs", {})["plain"] = {w: 0.05 for w in E.TREE_WIDTHS}
+    return engine
+
+
+def test_grow_and_choose_make_a_tree_the_target_can_verify(target, trained):
+    fd = trained[0]
+    use(target, fd)
+    ids = target.encode(Request(prompt=PROMPTS[0]))
+    with FD.capture(target) as got, torch.inference_mode():
+        target.forward(ids, target.new_cache())
+        cache = fd.new_cache()
+        h = fd.hidden(got[-1][:, :-1], torch.tensor([ids[1:]]), cache)[0, -1]
+        dlen = len(ids) - 1
+        tree = E.grow(fd, target, h, cache, dlen, depth=4, branch=3, width=2, stop=0.0)
+    assert tree.passes == 4 and len(tree.tokens) == 3 + 3 * 6          # 3 children, then 2 x 3 per level
+    assert Engine.cache_len(cache) == dlen + 2 * 3                       # the expanded nodes' pairs
+    for i, par in enumerate(tree.parents):
+        assert par < i and tree.depths[i] == (1 if par < 0 else tree.depths[par] + 1)
+        assert par < 0 or tree.probs[i] <= tree.probs[par] + 1e-9        # a path is no likelier than its prefix
+    # the root's children are the draft's three likeliest first tokens, in order
+    with torch.inference_mode():
+        first = fd.kept_ids[fd.kept_logits(h).float().topk(3).indices].tolist()
+    assert tree.tokens[:3] == first
+    # each expanded node's children are what a plain causal draft pass over its path would give
+    node = next(i for i in range(3, len(tree.tokens)) if tree.depths[i] == 3)
+    path, a = [], tree.parents[node]
+    while a >= 0:
+        path.insert(0, a)
+        a = tree.parents[a]
+    with torch.inference_mode():
+        c2 = fd.new_cache()
+        hh = fd.hidden(got[-1][:, :-1], torch.tensor([ids[1:]]), c2)[:, -1:]
+        for i in path:
+            hh = fd.hidden(hh, torch.tensor([[tree.tokens[i]]]), c2)
+        best = fd.kept_ids[fd.kept_logits(hh[0, -1]).float().topk(3).indices].tolist()
+    siblings = [i for i in range(len(tree.tokens)) if tree.parents[i] == tree.parents[node]]
+    assert [tree.tokens[i] for i in siblings] == best
+    # choose: flat costs keep the likeliest `nodes`, closed under parents, in creation order
+    small = E.choose(tree, 1, lambda w: 1.0, 7)
+    assert len(small.tokens) == 7 and all(-1 <= q < i for i, q in enumerate(small.parents))
+    assert sorted(small.probs, reverse=True) == sorted(tree.probs, reverse=True)[:7]
+    # costs that grow fast with the width keep none
+    assert E.choose(tree, 1, lambda w: float(w) ** 3, 7).tokens == []
+    mask = E.tree_mask(2, [-1, 0, -1])
+    assert mask.tolist() == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 0, 0, 1]]
+
+
+def test_keep_moves_the_accepted_path_as_a_causal_pass_would_cache_it(target):
+    """A tree pass's cache, cut to its accepted path by `Engine.keep`, equals the cache of a plain causal pass over
+    the same tokens; the next pass's logits agree."""
+    ids = target.encode(Request(prompt="def f(x):"))
+    tokens, parents = [5, 9, 7, 11, 3], [-1, -1, 1, 2, 1]            # path 1 -> 2 -> 3: tokens 9, 7, 11
+    depths = [1, 1, 2, 3, 2]
+    base = len(ids)
+    tree_cache, plain = target.new_cache(), target.new_cache()
+    target.forward(ids[:-1], tree_cache)
+    positions = torch.tensor([[base - 1] + [base - 1 + d for d in depths]])
+    target.forward([ids[-1]] + tokens, tree_cache, positions, target.tree_mask(base - 1, E.tree_mask(1, parents)))
+    Engine.keep(tree_cache, base, [1, 2, 3])
+    target.forward(ids + [9, 7, 11], plain)
+    assert Engine.cache_len(tree_cache) == Engine.cache_len(plain) == base + 3
+    for (k1, v1), (k2, v2) in zip(Engine.cache_kv(tree_cache), Engine.cache_kv(plain)):
+        assert torch.allclose(k1, k2, atol=1e-5) and torch.allclose(v1, v2, atol=1e-5)
+    a, b = target.forward([4], tree_cache), target.forward([4], plain)
+    assert torch.allclose(a, b, atol=1e-4)
+
+
+@pytest.mark.parametrize("params", [{}, {"depth": 5, "branch": 3, "width": 3, "nodes": 40, "stop": 0.0}])
+def test_tree_greedy_equals_ar_token_for_token(target, trained, params):
+    use(flat_costs(target), trained[0])
+    accepted = drafted = 0
+    try:
+        for p in PROMPTS[:3] + ["Something the draft never saw: 42 * 17 ="]:
+            ref, _ = run(target, "ar", p)
+            toks, steps = run(target, "eagle", p, params=params)
+            assert toks == ref, p
+            assert steps[0].drafted == 0 and steps[0].prefill
+            for s in steps[1:]:
+                assert s.forward_passes == 1 and s.draft_passes <= params.get("depth", 6)
+                assert s.draft_passes >= 1 or s is steps[-1]          # the last token needs no draft
+                assert s.drafted <= params.get("nodes", 24) and 0 <= s.accepted <= s.info["depth"]
+            accepted += sum(s.accepted for s in steps)
+            drafted += sum(s.drafted for s in steps)
+    finally:
+        target.extras.pop("pass_costs", None)
+    assert drafted > 100 and accepted > 25       # wide trees were verified, and their paths kept
+
+
+def test_tree_budget_and_eos(target, trained):
+    use(flat_costs(target), trained[0])
+    try:
+        toks, steps = run(target, "eagle", PROMPTS[0], max_new_tokens=7)
+        assert len(toks) == 7 and steps[-1].finished
+        assert all(s.info["depth"] <= 6 - sum(len(x.token_ids) for x in steps[:i])
+                   for i, s in enumerate(steps) if i)                   # never drafted past the budget
+        ref, _ = run(target, "ar", PROMPTS[0])
+        cut = next(i for i in range(8, 30) if ref[i] not in ref[:i])
+        eng = copy.copy(target)
+        eng.eos_ids = {ref[cut]}
+        got, st = run(eng, "eagle", PROMPTS[0], ignore_eos=False)
+        assert got == ref[:cut] and st[-1].finish_reason == "eos"
+    finally:
+        target.extras.pop("pass_costs", None)
+
+
+def test_tree_sampling_is_lossless_in_distribution(target, trained):
+    """As the chain's test: over 400 seeds the first two tokens follow the target's joint distribution (T 1.0,
+    top-k 5) with an over-confident draft whose likeliest tokens form the tree."""
+    fd = FD.FeatureDraft.from_target(target, sorted(range(target.vocab_size)))
+    fd.net.load_state_dict(trained[0].net.state_dict())
+    fd.net.shell.lm_head.weight.mul_(6.0)
+    use(flat_costs(target), fd.prepare())
+    sp = SamplingParams(1.0, top_k=5)
+    prompt = "def f(x):"
+    ids = target.encode(Request(prompt=prompt))
+    p1 = process(target.forward(ids)[0, -1], sp)
+    joint = {}
+    for a in p1.nonzero().flatten().tolist():
+        p2 = process(target.forward(ids + [a])[0, -1], sp)
+        for b in p2.nonzero().flatten().tolist():
+            joint[(a, b)] = float(p1[a] * p2[b])
+    n, counts, accepted = 400, {}, 0
+    try:
+        for seed in range(n):
+            toks, steps = run(target, "eagle", prompt, max_new_tokens=3, temperature=1.0, top_k=5, seed=seed,
+                              params={"depth": 2, "branch": 2, "width": 2, "stop": 0.0})
+            counts[tuple(toks[:2])] = counts.get(tuple(toks[:2]), 0) + 1
+            accepted += sum(s.accepted for s in steps)
+    finally:
+        target.extras.pop("pass_costs", None)
+    assert accepted > 40                                 # the tree's nodes were kept, not only corrections
+    assert set(counts) <= {c for c, pr in joint.items() if pr > 0}
+    tv = 0.5 * sum(abs(counts.get(c, 0) / n - pr) for c, pr in joint.items())
+    assert tv < 0.15, tv
 
 
 @pytest.mark.slow

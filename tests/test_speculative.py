@@ -143,6 +143,57 @@ def test_rejection_degenerates_to_greedy_and_full_acceptance():
     assert v.tokens == verification.greedy([int(logits[0].argmax()), 0], logits).tokens
 
 
+def test_tree_verification_greedy_walks_the_matching_path():
+    V = 7
+    logits = torch.full((6, V), -5.0)
+    # nodes: 0 tok 3 (root), 1 tok 4 (root), 2 tok 5 (under 1), 3 tok 6 (under 1), 4 tok 2 (under 3)
+    tokens, parents = [3, 4, 5, 6, 2], [-1, -1, 1, 1, 3]
+    for row, best in enumerate([4, 0, 6, 0, 1, 2]):     # root -> 4 (node 1) -> 6 (node 3) -> target picks 1
+        logits[row, best] = 5.0
+    v, path = verification.tree(tokens, parents, logits, SamplingParams(), verification.Rng(0))
+    assert path == [1, 3] and v.tokens == [4, 6, 1] and v.accepted == 2
+    logits[0] = -5.0
+    logits[0, 0] = 5.0                                  # no child of the root matches: the target's own token
+    v, path = verification.tree(tokens, parents, logits, SamplingParams(), verification.Rng(0))
+    assert path == [] and v.tokens == [0] and v.accepted == 0
+    with pytest.raises(ValueError):
+        verification.tree(tokens, [-1, -1, 3, 1, 3], logits, SamplingParams(), verification.Rng(0))
+    with pytest.raises(ValueError):
+        verification.tree(tokens, parents, logits[:4], SamplingParams(), verification.Rng(0))
+
+
+def test_tree_verification_samples_the_target_distribution():
+    """Fixed candidates (the draft's likeliest, not samples) tried in order with the refused ones removed: the first
+    token follows the target's distribution, and so does the second after an accepted first; preferring the
+    draft's candidates (a bias toward them) would show in the frequencies."""
+    V, n = 5, 8000
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(6, V, generator=g) * 1.5
+    sp = SamplingParams(1.0)
+    p = process(logits, sp)
+    # root children: tokens 1, 3 (nodes 0, 1); under node 0: tokens 0, 2 (nodes 2, 3); under node 1: token 4
+    tokens, parents = [1, 3, 0, 2, 4], [-1, -1, 0, 0, 1]
+    row_after = {1: 1, 3: 2}                     # the logits row that predicts the token after each root child
+    rng = verification.Rng(1)
+    first, second = torch.zeros(V), {1: torch.zeros(V), 3: torch.zeros(V)}
+    accepted = 0
+    for _ in range(n):
+        v, path = verification.tree(tokens, parents, logits, sp, rng)
+        assert [tokens[i] for i in path] == v.tokens[:v.accepted] and len(v.tokens) == v.accepted + 1
+        first[v.tokens[0]] += 1
+        if v.accepted >= 1:
+            second[v.tokens[0]][v.tokens[1]] += 1
+        accepted += v.accepted
+    assert 0.5 * float((first / n - p[0]).abs().sum()) < 0.03, (first / n, p[0])
+    for a, counts in second.items():
+        assert counts.sum() > 300
+        got = counts / counts.sum()
+        assert 0.5 * float((got - p[row_after[a]]).abs().sum()) < 0.06, (a, got, p[row_after[a]])
+    # a candidate is kept whenever the target draws it: the first proposal is accepted with p(1) + p(3)
+    assert abs(sum(float(second[a].sum()) for a in second) / n - float(p[0][1] + p[0][3])) < 0.02
+    assert accepted > sum(float(second[a].sum()) for a in second)      # second-level acceptances happened
+
+
 # ---------------------------------------------------------------- pld lookup and lookahead layout
 
 def test_lookup_proposals():

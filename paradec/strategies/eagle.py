@@ -12,19 +12,32 @@ positions it read with true features. The first step is a plain target pass over
 features before it). k follows the same cost rule as `sps` (`speculative.CostRule`): the running acceptance
 rate against the target's measured pass costs and the draft's measured step cost; k may be 0 (a plain step).
 
+`tree` (the default) drafts a tree instead of a chain (EAGLE-2, Li et al. 2024): the draft's first pass gives
+the `branch` likeliest first tokens; each further draft pass expands the `width` likeliest of the newest nodes
+(by the draft's joint probability of the node's path) into their `branch` likeliest children, all in one pass
+with a tree mask over the draft's cache, up to `depth` levels, stopping early once the nodes to expand hold less
+than `stop` of the draft's probability together. The target then verifies the likeliest nodes in one pass with
+a tree mask (`verification.tree`), as many as pay by the measured pass costs (paradec/passcost.py: the expected
+accepted tokens, 1 + the sum of the chosen nodes' probabilities, per second of the step), at most `nodes`; its
+cache keeps the accepted path (`Engine.keep`). The children of a node are fixed by the draft, not sampled, and
+verification tries them in order against the target's distribution with the refused ones removed, so sampled
+output is distributed exactly as the target's; greedy output is `ar`'s token for token.
+
 Invariant between steps: `seq` is prompt + output; the target cache holds a prefix of `seq` (all but at least
 its last token); `feats` holds the true features of positions dlen .. len(seq) - 2, the draft cache positions
 0 .. dlen - 1.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
+from dataclasses import dataclass
 
 import torch
 
 from .. import feature_draft as FD
-from .. import verification
+from .. import passcost, verification
 from ..engine import Engine, ModelError
 from ..sampling import argmax
 from .base import Param, Run, Strategy, register
@@ -87,6 +100,105 @@ def step_cost(engine, fd: FD.FeatureDraft, repeats: int = 5) -> float:
     return memo[id(fd)]
 
 
+TREE_WIDTHS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)     # target pass widths timed for the tree's size
+
+
+@dataclass
+class Tree:
+    tokens: list[int]       # node i's token; its parent parents[i] (-1: the context's last token) comes first
+    parents: list[int]
+    depths: list[int]       # 1 for the root's children
+    probs: list[float]      # the draft's joint probability of the path to node i
+    passes: int             # draft passes it took
+
+
+def grow(fd: FD.FeatureDraft, engine, h_root: torch.Tensor, dcache, dlen: int, depth: int, branch: int,
+         width: int, stop: float) -> Tree:
+    """Draft a tree from the draft's predicted feature h_root (hidden,) of the context's last position; the draft
+    cache holds positions 0 .. dlen - 1 and gets the expanded nodes after them (crop it to dlen afterwards)."""
+    kept = fd.kept_ids
+
+    def children(h):                        # (E, hidden) -> log-probs and token ids of each row's best `branch`
+        lp = torch.log_softmax(fd.kept_logits(h).float(), -1)
+        v, i = lp.topk(min(branch, lp.shape[-1]), -1)
+        return v.tolist(), kept[i.cpu()].tolist()
+
+    tok, par, dep, score = [], [], [], []
+    slot, out_h = {}, {}
+
+    def add(vs, ts, parents, d):
+        new = []
+        for row, p in enumerate(parents):
+            for v, t in zip(vs[row], ts[row]):
+                tok.append(int(t)), par.append(p), dep.append(d)
+                score.append((score[p] if p >= 0 else 0.0) + v)
+                new.append(len(tok) - 1)
+        return new
+
+    frontier = add(*children(h_root[None]), [-1], 1)
+    passes = 1
+    for d in range(2, depth + 1):
+        expand = sorted(frontier, key=lambda i: -score[i])[:width]
+        if sum(math.exp(score[i]) for i in expand) < stop:
+            break
+        C, E = Engine.cache_len(dcache), len(expand)
+        allowed = torch.zeros(E, C + E, dtype=torch.bool)
+        allowed[:, :dlen] = True
+        for r, i in enumerate(expand):
+            a = par[i]
+            while a >= 0:
+                allowed[r, dlen + slot[a]] = True
+                a = par[a]
+            allowed[r, C + r] = True
+        feats = torch.stack([h_root if par[i] < 0 else out_h[par[i]] for i in expand])[None]
+        h = fd.hidden(feats, torch.tensor([[tok[i] for i in expand]]), dcache,
+                      torch.full((1, E), dlen + d - 2, dtype=torch.long, device=feats.device),
+                      engine.additive(allowed))[0]
+        for r, i in enumerate(expand):
+            slot[i], out_h[i] = C - dlen + r, h[r]
+        frontier = add(*children(h), expand, d)
+        passes += 1
+    return Tree(tok, par, dep, [math.exp(x) for x in score], passes)
+
+
+def choose(tree: Tree, pending: int, cost, nodes: int) -> Tree:
+    """The nodes the target verifies: the likeliest ones (a node's path is never less likely than its parent's, so
+    they form a tree), as many as maximise (1 + their summed probability) / cost(pending + their count), at most
+    `nodes`; in creation order, so parents come first and siblings in the draft's order."""
+    order = sorted(range(len(tree.tokens)), key=lambda i: (-tree.probs[i], i))
+    chosen: set[int] = set()
+    for i in order:                             # ties at probability 1.0 could put a child first: keep closure
+        if len(chosen) >= nodes:
+            break
+        if tree.parents[i] < 0 or tree.parents[i] in chosen:
+            chosen.add(i)
+    ranked = [i for i in order if i in chosen]
+    best, best_rate, mass = 0, 1.0 / cost(pending), 1.0
+    for n, i in enumerate(ranked, 1):
+        mass += tree.probs[i]
+        if mass / cost(pending + n) > best_rate:
+            best, best_rate = n, mass / cost(pending + n)
+    keep = sorted(ranked[:best])
+    at = {i: r for r, i in enumerate(keep)}
+    return Tree([tree.tokens[i] for i in keep], [at.get(tree.parents[i], -1) for i in keep],
+                [tree.depths[i] for i in keep], [tree.probs[i] for i in keep], tree.passes)
+
+
+def tree_mask(pending: int, parents: list[int]) -> torch.Tensor:
+    """(T, T) 'may attend' among a pass's new positions: the pending tokens causally, each node every pending token,
+    its ancestors and itself."""
+    n = len(parents)
+    allowed = torch.zeros(pending + n, pending + n, dtype=torch.bool)
+    allowed[:pending, :pending] = torch.ones(pending, pending, dtype=torch.bool).tril()
+    allowed[pending:, :pending] = True
+    for i, p in enumerate(parents):
+        allowed[pending + i, pending + i] = True
+        while p >= 0:
+            allowed[pending + i, pending + p] = True
+            p = parents[p]
+    return allowed
+
+
 @register
 class Eagle(Strategy):
     name = "eagle"
@@ -95,6 +207,14 @@ class Eagle(Strategy):
     params = {
         "k": Param(4, int, 1, K_MAX, help="tokens drafted per step (the start value when adaptive)"),
         "adaptive": Param(True, bool, help="choose k after every step by the cost rule (as sps's rule 'cost')"),
+        "tree": Param(True, bool, help="draft a tree (EAGLE-2) instead of a chain of k tokens"),
+        "depth": Param(6, int, 1, 16, help="tree: levels drafted at most (one draft pass each)"),
+        "branch": Param(3, int, 1, 16, help="tree: children drafted under each expanded node"),
+        "width": Param(3, int, 1, 16, help="tree: nodes of the newest level expanded per draft pass"),
+        "nodes": Param(24, int, 1, 64, help="tree: nodes the target verifies at most (fewer when wider passes "
+                                             "do not pay by the measured pass costs)"),
+        "stop": Param(0.1, float, 0.0, 1.0, help="tree: stop drafting once the nodes to expand hold less than "
+                                                  "this much of the draft's probability"),
     }
 
     def available(self, engine) -> tuple[bool, str]:
@@ -105,6 +225,9 @@ class Eagle(Strategy):
         return True, ""
 
     def steps(self, run: Run):
+        if run.params["tree"]:
+            yield from self.tree_steps(run)
+            return
         engine, request, p, out, tcache = run.engine, run.request, run.params, run.out, run.cache
         fd = feature_draft(engine)
         sp = request.sampling
@@ -144,3 +267,51 @@ class Eagle(Strategy):
             prefill = False
             if rule is not None:
                 k = rule.next_k(kk, v.accepted, draft_seconds)
+
+    def tree_steps(self, run: Run):
+        engine, request, p, out, tcache = run.engine, run.request, run.params, run.out, run.cache
+        fd = feature_draft(engine)
+        sp = request.sampling
+        rng = verification.Rng(request.seed)
+        seq = list(run.ids)
+        dcache, dlen, feats = fd.new_cache(), 0, None
+        costs = passcost.pass_costs(engine, TREE_WIDTHS)
+        draft_cost = step_cost(engine, fd)
+        prefill = True
+        while True:
+            room = out.budget - len(out.ids) - 1
+            base, fed = len(seq), engine.cache_len(tcache)
+            tree = Tree([], [], [], [], 0)
+            if feats is not None and room > 0:
+                with torch.inference_mode():
+                    h = fd.hidden(feats, torch.tensor([seq[dlen + 1:]]), dcache)[0, -1]
+                    dlen, feats = len(seq) - 1, feats[:, :0]
+                    grown = grow(fd, engine, h, dcache, dlen, min(p["depth"], room), p["branch"], p["width"],
+                                 p["stop"])
+                spent = grown.passes * draft_cost
+                tree = choose(grown, base - fed, lambda w: spent + passcost.cost_at(costs, w), p["nodes"])
+                tree.passes = grown.passes
+            P, n = base - fed, len(tree.tokens)
+            with FD.capture(engine) as got:
+                if n:
+                    positions = torch.tensor([list(range(fed, base)) + [base - 1 + d for d in tree.depths]])
+                    logits = engine.forward(seq[fed:] + tree.tokens, tcache, positions,
+                                            engine.tree_mask(fed, tree_mask(P, tree.parents)),
+                                            logits_to_keep=n + 1, upcast=False)[0]
+                else:                       # a plain pass (the prompt's): the model's own causal mask
+                    logits = engine.forward(seq[fed:], tcache, logits_to_keep=1, upcast=False)[0]
+            v, path = verification.tree(tree.tokens, tree.parents, logits, sp, rng)
+            engine.keep(tcache, base, path)
+            Engine.crop(dcache, dlen)
+            g = got[-1][0]
+            new = torch.cat([g[:P], g[P + torch.tensor(path, dtype=torch.long, device=g.device)]])[None]
+            feats = new if feats is None else torch.cat([feats[:, :fed - dlen], new], 1)
+            seq += v.tokens
+            step = out.step(v.tokens, forward_passes=1, draft_passes=tree.passes, drafted=n, prefill=prefill,
+                            info={"nodes": n, "depth": max(tree.depths, default=0)})
+            step.accepted = min(v.accepted, len(step.token_ids))
+            yield step
+            if out.done:
+                return
+            prefill = False
+
