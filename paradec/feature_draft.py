@@ -213,8 +213,17 @@ class FeatureDraft:
 def load(folder, engine) -> FeatureDraft:
     """The feature draft in `folder` for the target `engine`, ready to decode; ValueError (a clear one) when the
     folder holds something else or a draft made for another model."""
+    d = read(folder, engine).prepare()
+    return d
+
+
+def read(folder, engine) -> FeatureDraft:
+    """The feature draft in `folder` for `engine`, its parameters trainable (a trainer's starting point; `load`
+    prepares it for decoding); `.meta` holds its config."""
     from safetensors.torch import load_file
     folder = Path(folder)
+    if not (folder / D.CONFIG).is_file():
+        raise ValueError(f"{folder} holds no feature draft ({D.CONFIG} is missing)")
     cfg = json.loads((folder / D.CONFIG).read_text())
     if cfg.get("format") != FORMAT:
         raise ValueError(f"{folder / D.CONFIG} is not a paradec feature (eagle) draft")
@@ -227,6 +236,6 @@ def load(folder, engine) -> FeatureDraft:
                              f"train one: python -m paradec train eagle --model {engine.path or engine.name}")
     state = load_file(str(folder / D.WEIGHTS))
     kept = state.pop("kept_ids").long().tolist()
-    d = FeatureDraft.from_state(engine, cfg, state, kept).prepare()
+    d = FeatureDraft.from_state(engine, cfg, state, kept)
     d.meta = cfg
     return d

@@ -329,7 +329,7 @@ def test_tree_greedy_equals_ar_token_for_token(target, trained, params):
             for s in steps[1:]:
                 assert s.forward_passes == 1 and s.draft_passes <= params.get("depth", 6)
                 assert s.draft_passes >= 1 or s is steps[-1]          # the last token needs no draft
-                assert s.drafted <= params.get("nodes", 24) and 0 <= s.accepted <= s.info["depth"]
+                assert s.drafted <= params.get("nodes", 12) and 0 <= s.accepted <= s.info["depth"]
             accepted += sum(s.accepted for s in steps)
             drafted += sum(s.drafted for s in steps)
     finally:
@@ -408,3 +408,17 @@ def test_train_eagle_end_to_end_on_a_small_model_and_resume(model_dir, tmp_path)
     assert ET.main(argv) == 0
     cfg = json.loads((tmp_path / "d" / "draft_config.json").read_text())
     assert cfg["steps"] == 5 and [c["step"] for c in cfg["curve"]] == [0, 3, 5]
+    # --init continues from a saved draft (its weights and vocabulary) with a fresh optimiser, into another folder
+    start = FD.read(tmp_path / "d", Engine.load(str(model_dir), dtype="float32"))
+    cont = argv[:argv.index("--out")] + ["--out", str(tmp_path / "d2"), "--work", str(tmp_path / "w2"),
+                                         "--teacher-cache", str(tmp_path / "w"), "--init", str(tmp_path / "d"),
+                                         "--vocab", "300"]
+    cont[cont.index("--steps") + 1] = "2"
+    assert ET.main(cont) == 0
+    cfg2 = json.loads((tmp_path / "d2" / "draft_config.json").read_text())
+    assert cfg2["steps"] == 2 and cfg2["init"]["steps"] == 5 and cfg2["kept_tokens"] == 400   # its vocabulary
+    assert "continuing a draft of 5 steps" in (tmp_path / "d2" / "README.md").read_text()
+    cont2 = FD.load(tmp_path / "d2", Engine.load(str(model_dir), dtype="float32"))
+    assert not torch.equal(cont2.state()["fc.weight"], start.state()["fc.weight"])    # it trained on
+    with pytest.raises(SystemExit, match="--init"):
+        ET.main(cont[:-4] + ["--init", str(tmp_path / "nowhere")])

@@ -69,11 +69,13 @@ def feature_draft(engine) -> FD.FeatureDraft:
 
 
 def preload(engine) -> None:
-    """Load the engine's feature draft (when it has one) and time its step now, before any request thread."""
+    """Load the engine's feature draft (when it has one) and time its step and the tree's pass widths now, before
+    any request thread."""
     try:
         step_cost(engine, feature_draft(engine))
     except NoFeatureDraft:
-        pass
+        return
+    passcost.pass_costs(engine, TREE_WIDTHS)
 
 
 def step_cost(engine, fd: FD.FeatureDraft, repeats: int = 5) -> float:
@@ -211,9 +213,9 @@ class Eagle(Strategy):
         "depth": Param(6, int, 1, 16, help="tree: levels drafted at most (one draft pass each)"),
         "branch": Param(3, int, 1, 16, help="tree: children drafted under each expanded node"),
         "width": Param(3, int, 1, 16, help="tree: nodes of the newest level expanded per draft pass"),
-        "nodes": Param(24, int, 1, 64, help="tree: nodes the target verifies at most (fewer when wider passes "
+        "nodes": Param(12, int, 1, 64, help="tree: nodes the target verifies at most (fewer when wider passes "
                                              "do not pay by the measured pass costs)"),
-        "stop": Param(0.1, float, 0.0, 1.0, help="tree: stop drafting once the nodes to expand hold less than "
+        "stop": Param(0.4, float, 0.0, 1.0, help="tree: stop drafting once the nodes to expand hold less than "
                                                   "this much of the draft's probability"),
     }
 

@@ -127,7 +127,15 @@ def train(args) -> Path:
     ans = TCH.answers(engine, args.prompts, args.eval_prompts, args.seed, args.max_prompt, args.gen_tokens,
                       args.gen_batch, args.teacher_cache)
     rows, held = ans.rows, [r for r in ans.held if r["greedy"]]
-    kept = choose_vocab(rows, args.vocab, set(engine.eos_ids), corpus_fill(engine, args.fill_chars))
+    init = None
+    if args.init:
+        try:
+            init = FD.read(args.init, engine)
+        except ValueError as e:
+            raise SystemExit(f"--init: {e}") from e
+        kept = init.kept_ids.tolist()                  # the vocabulary it was trained with
+    else:
+        kept = choose_vocab(rows, args.vocab, set(engine.eos_ids), corpus_fill(engine, args.fill_chars))
     cov = {"train": round(coverage(rows, kept), 4), "heldout": round(coverage(ans.held, kept), 4)}
     print(f"vocabulary {len(kept)}: coverage of answer tokens train {cov['train']}, held-out {cov['heldout']}",
           file=sys.stderr)
@@ -159,10 +167,14 @@ def train(args) -> Path:
     ckpt = work / "eagle_checkpoint.pt"
     st = checkpoint.load(ckpt)
     struct = {"source": args.source, "kept": kept, "reg": args.reg, "ttt": args.ttt_share,
-              "corpus_windows": args.corpus_windows, "corpus_share": args.corpus_share}
+              "corpus_windows": args.corpus_windows, "corpus_share": args.corpus_share,
+              "init": str(Path(args.init).resolve()) if args.init else None}
     if st is not None and st.get("struct") == struct:
         fd = FD.FeatureDraft.from_state(engine, st["config"], st["draft"], kept)
         print(f"resuming from step {st['step']}", file=sys.stderr)
+    elif init is not None:
+        st, fd = None, init
+        print(f"continuing from {args.init} ({init.meta.get('steps')} steps)", file=sys.stderr)
     else:
         st = None
         fd = FD.FeatureDraft.from_target(engine, kept, args.source)
@@ -186,6 +198,9 @@ def train(args) -> Path:
                 "hardware": f"{cpu_name()}, {torch.get_num_threads()} thread(s), {engine.device} (float32)",
                 "data": data_desc, "vocab_coverage": cov, "lr": args.lr, "batch": args.batch,
                 "max_len": args.max_len, "reg": args.reg, "ttt_share": args.ttt_share, "curve": curve,
+                "init": ({"folder": args.init, "steps": init.meta.get("steps"),
+                          "train_minutes": init.meta.get("train_minutes"), "heldout": init.meta.get("heldout")}
+                         if init is not None else None),
                 "complete": final, "heldout": curve[-1] if curve else None}
         fd.save(out, meta)
         checkpoint.save(ckpt, {"struct": struct, "config": fd.config_dict(), "draft": fd.state(),
@@ -220,7 +235,10 @@ def write_card(folder: Path) -> Path:
              f"- Loss: cross-entropy against the target's distribution + {cfg.get('reg')} x smooth-L1 on the "
              f"features; second run per batch with {cfg.get('ttt_share')} of the input features the draft's own",
              f"- Steps: {cfg.get('steps')} x batch {cfg.get('batch')} (rows of at most {cfg.get('max_len')} tokens), "
-             f"lr {cfg.get('lr')}",
+             f"lr {cfg.get('lr')}" + (f", continuing a draft of {cfg['init'].get('steps')} steps "
+                                      f"({cfg['init'].get('train_minutes')} min; held-out then "
+                                      f"{cfg['init'].get('heldout')}) from `{cfg['init'].get('folder')}`"
+                                      if cfg.get("init") else ""),
              f"- Time: {TCH.time_text(cfg.get('train_minutes'), cfg.get('teacher_minutes'))}; features "
              f"{cfg.get('feature_minutes')} min; hardware: {cfg.get('hardware')}",
              f"- Held-out greedy answers ({last.get('positions')} positions): a1 (first proposal, true features) "
@@ -264,6 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--ckpt-every", type=int, default=50)
     p.add_argument("--max-minutes", type=float, help="stop (and save) after this much wall time")
+    p.add_argument("--init", help="continue from the feature draft in this folder (its weights and vocabulary; "
+                                  "the optimiser and the learning-rate schedule start afresh)")
     p.add_argument("--out", help="draft folder (default data/drafts/<model>/eagle)")
     p.add_argument("--work", help="checkpoint and feature folder (default data/work/<model>-eagle)")
     p.add_argument("--teacher-cache", help="folder of the target's cached answers (default data/work/<model>-teacher)")

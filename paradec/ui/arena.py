@@ -33,7 +33,8 @@ DEFAULT_PROMPT = "Write a Python function that returns the n-th Fibonacci number
 HINTS = {
     "ar": "one token per forward pass: the baseline every column is compared with",
     "sps": "a small draft model proposes tokens, the target checks them in one pass",
-    "eagle": "a one-layer draft reads the target's own hidden states and proposes tokens; one pass checks them",
+    "eagle": "a one-layer draft reads the target's own hidden states and drafts a tree of tokens; one pass checks "
+             "its likeliest branches",
     "pld": "copies n-grams from the prompt and checks them in one pass",
     "lookahead": "Jacobi iterations guess n-grams, checked in the same pass",
     "ptp": "a trained drafter predicts a block of tokens at once",
