@@ -518,21 +518,35 @@ rate, the other 8-12 in the rest of the pass (norms, rotary, attention, the Pyth
 
 
 def eagle_part() -> str:
-    """`eagle` (the feature-level draft) beside `sps` on every suite, from its own run (docs/bench/eagle-suites.md)."""
-    page = B / "eagle-suites.md"
-    if not page.exists():
+    """`eagle` (the feature-level draft) beside `sps` on every suite, from its own runs: drafting a chain
+    (docs/bench/eagle-suites.md) and a tree (docs/bench/eagle-tree-suites.md, the default since)."""
+    chain, tree = B / "eagle-suites.md", B / "eagle-tree-suites.md"
+    if not chain.exists() and not tree.exists():
         return ""
     card = json.loads((ROOT / "data" / "drafts" / "qwen2.5-coder-0.5b-instruct" / "eagle" / "draft_config.json")
                       .read_text())
     held = card.get("heldout") or {}
-    return f"""**`eagle`** (a feature-level draft: one decoder layer reading the target's final hidden states,
+    text = f"""**`eagle`** (a feature-level draft: one decoder layer reading the target's final hidden states,
 `data/drafts/qwen2.5-coder-0.5b-instruct/eagle/`, {card.get('steps')} steps, {card.get('train_minutes')} min on
 {card.get('hardware')}; held-out acceptance of first proposals {held.get('a1')}, of later ones {held.get('a2')}) was
-trained after the runs above; its own run beside `ar` and `sps` (4 prompts of every suite, `python -m paradec bench
---eval-set` over `evals/mix_suites.py --per-suite 4`, `--strategies ar,sps,eagle --max-new-tokens 64`):
+trained after the runs above; its own runs beside `ar` and `sps` (4 prompts of every suite, `python -m paradec bench
+--eval-set` over `evals/mix_suites.py --per-suite 4`, `--strategies ar,sps,eagle --max-new-tokens 64`).
+"""
+    if tree.exists():
+        text += f"""
+Drafting a tree (EAGLE-2; the default since 2026-12-06: the draft expands the likeliest nodes level by level, the
+target verifies the likeliest ones, at most 12, in one tree-masked pass; settings chosen on held-out training
+prompts, docs/bench/eagle-tree-tune.md):
+
+{section("eagle-tree-suites.md")}
+"""
+    if chain.exists():
+        text += f"""
+Drafting a chain (`tree=false`, k by sps's cost rule), the first run, on another machine:
 
 {section("eagle-suites.md")}
 """
+    return text
 
 
 def soft_draft_line() -> str:
