@@ -422,3 +422,36 @@ def test_train_eagle_end_to_end_on_a_small_model_and_resume(model_dir, tmp_path)
     assert not torch.equal(cont2.state()["fc.weight"], start.state()["fc.weight"])    # it trained on
     with pytest.raises(SystemExit, match="--init"):
         ET.main(cont[:-4] + ["--init", str(tmp_path / "nowhere")])
+
+
+def test_tree_rule_scales_the_draft_and_pauses_drafting_that_does_not_pay():
+    from paradec.strategies.speculative import PROBE_EVERY
+    rule = E.TreeRule(plain_seconds=0.1)
+    assert rule.scale == 1.0 and rule.draft_now()
+    for i in range(10):                     # the draft expected 2 tokens a step, the target took 0.5
+        rule.update(True, 2.0, i % 2, 0.3)
+    assert rule.scale < 0.5
+    # 1-2 tokens per 0.3 s of drafting against 10 tokens/s plain: pause, probing every PROBE_EVERY + 1 steps
+    pattern = [rule.draft_now() for _ in range(2 * (PROBE_EVERY + 1))]
+    assert pattern.count(True) == 2 and pattern[PROBE_EVERY] and pattern[-1]
+    fast = E.TreeRule(plain_seconds=0.1)
+    for _ in range(5):                      # 3 tokens per 0.12 s beats 10 tokens/s
+        fast.update(True, 1.0, 2, 0.12)
+    assert fast.scale > 1.5 and all(fast.draft_now() for _ in range(20))
+    slow_plain = E.TreeRule(plain_seconds=0.01)
+    slow_plain.update(True, 1.0, 1, 0.1)
+    assert not slow_plain.draft_now()
+    for _ in range(30):                     # plain steps measured slower than the first guess: drafting pays again
+        slow_plain.update(False, 0.0, 0, 0.2)
+    assert slow_plain.draft_now()
+
+
+def test_a_useless_draft_gets_plain_steps_and_the_output_stays_ar(target):
+    """An untrained draft (its proposals almost never kept): the adaptive tree soon stops drafting and probes now
+    and then; greedy output is still ar's."""
+    use(target, FD.FeatureDraft.from_target(target, sorted(range(0, target.vocab_size, 2))).prepare())
+    ref, _ = run(target, "ar", PROMPTS[1], max_new_tokens=60)
+    toks, steps = run(target, "eagle", PROMPTS[1], max_new_tokens=60)
+    assert toks == ref
+    plain = [s for s in steps[1:] if s.draft_passes == 0]
+    assert len(plain) > len(steps) // 2 and any(s.draft_passes for s in steps[1:])

@@ -19,7 +19,9 @@ with a tree mask over the draft's cache, up to `depth` levels, stopping early on
 than `stop` of the draft's probability together. The target then verifies the likeliest nodes in one pass with
 a tree mask (`verification.tree`), as many as pay by the measured pass costs (paradec/passcost.py: the expected
 accepted tokens, 1 + the sum of the chosen nodes' probabilities, per second of the step), at most `nodes`; its
-cache keeps the accepted path (`Engine.keep`). The children of a node are fixed by the draft, not sampled, and
+cache keeps the accepted path (`Engine.keep`). With `adaptive` (`TreeRule`) the draft's probabilities are scaled by
+how well they have predicted this run's acceptances so far, and drafting pauses (probing every few steps) while
+drafting steps yield fewer tokens per second than plain ones. The children of a node are fixed by the draft, not sampled, and
 verification tries them in order against the target's distribution with the refused ones removed, so sampled
 output is distributed exactly as the target's; greedy output is `ar`'s token for token.
 
@@ -41,7 +43,7 @@ from .. import passcost, verification
 from ..engine import Engine, ModelError
 from ..sampling import argmax
 from .base import Param, Run, Strategy, register
-from .speculative import K_MAX, CostRule, draft_step
+from .speculative import DECAY, K_MAX, PROBE_EVERY, CostRule, draft_step
 
 TRAIN = "train it: python -m paradec train eagle --model MODEL"
 _LOCK = threading.Lock()
@@ -103,6 +105,7 @@ def step_cost(engine, fd: FD.FeatureDraft, repeats: int = 5) -> float:
 
 
 TREE_WIDTHS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)     # target pass widths timed for the tree's size
+PRIOR_MASS = (1.0, 1.0)     # TreeRule: (predicted, accepted) tokens before the first step
 
 
 @dataclass
@@ -115,9 +118,10 @@ class Tree:
 
 
 def grow(fd: FD.FeatureDraft, engine, h_root: torch.Tensor, dcache, dlen: int, depth: int, branch: int,
-         width: int, stop: float) -> Tree:
+         width: int, stop: float, scale: float = 1.0) -> Tree:
     """Draft a tree from the draft's predicted feature h_root (hidden,) of the context's last position; the draft
-    cache holds positions 0 .. dlen - 1 and gets the expanded nodes after them (crop it to dlen afterwards)."""
+    cache holds positions 0 .. dlen - 1 and gets the expanded nodes after them (crop it to dlen afterwards).
+    Expansion stops once the nodes to expand hold less than `stop` of the probability (x `scale`)."""
     kept = fd.kept_ids
 
     def children(h):                        # (E, hidden) -> log-probs and token ids of each row's best `branch`
@@ -141,7 +145,7 @@ def grow(fd: FD.FeatureDraft, engine, h_root: torch.Tensor, dcache, dlen: int, d
     passes = 1
     for d in range(2, depth + 1):
         expand = sorted(frontier, key=lambda i: -score[i])[:width]
-        if sum(math.exp(score[i]) for i in expand) < stop:
+        if sum(math.exp(score[i]) for i in expand) * scale < stop:
             break
         C, E = Engine.cache_len(dcache), len(expand)
         allowed = torch.zeros(E, C + E, dtype=torch.bool)
@@ -163,10 +167,11 @@ def grow(fd: FD.FeatureDraft, engine, h_root: torch.Tensor, dcache, dlen: int, d
     return Tree(tok, par, dep, [math.exp(x) for x in score], passes)
 
 
-def choose(tree: Tree, pending: int, cost, nodes: int) -> Tree:
+def choose(tree: Tree, pending: int, cost, nodes: int, scale: float = 1.0) -> Tree:
     """The nodes the target verifies: the likeliest ones (a node's path is never less likely than its parent's, so
-    they form a tree), as many as maximise (1 + their summed probability) / cost(pending + their count), at most
-    `nodes`; in creation order, so parents come first and siblings in the draft's order."""
+    they form a tree), as many as maximise (1 + their summed probability x `scale`, each at most 1) /
+    cost(pending + their count), at most `nodes`; in creation order, so parents come first and siblings in the
+    draft's order."""
     order = sorted(range(len(tree.tokens)), key=lambda i: (-tree.probs[i], i))
     chosen: set[int] = set()
     for i in order:                             # ties at probability 1.0 could put a child first: keep closure
@@ -177,13 +182,55 @@ def choose(tree: Tree, pending: int, cost, nodes: int) -> Tree:
     ranked = [i for i in order if i in chosen]
     best, best_rate, mass = 0, 1.0 / cost(pending), 1.0
     for n, i in enumerate(ranked, 1):
-        mass += tree.probs[i]
+        mass += min(1.0, tree.probs[i] * scale)
         if mass / cost(pending + n) > best_rate:
             best, best_rate = n, mass / cost(pending + n)
     keep = sorted(ranked[:best])
     at = {i: r for r, i in enumerate(keep)}
     return Tree([tree.tokens[i] for i in keep], [at.get(tree.parents[i], -1) for i in keep],
                 [tree.depths[i] for i in keep], [tree.probs[i] for i in keep], tree.passes)
+
+
+class TreeRule:
+    """What this run's own steps say about its trees. `scale`: the tokens the target accepted over the draft's
+    expected count (the summed path probabilities of the nodes it verified), decayed: a draft over-confident on
+    this text (translation, say) gets its probabilities scaled down, so fewer nodes pay and drafting stops sooner;
+    an under-confident one up. `draft_now`: whether to draft this step, from the decayed tokens per second of the
+    steps that drafted (draft and verify, the Python around them included; not the draft's first read of the
+    prompt) against that of plain steps (a one-position pass at first, measured steps after); when plain steps are
+    faster, only every PROBE_EVERY-th step drafts, so the figures keep up with the text."""
+
+    def __init__(self, plain_seconds: float):
+        self.predicted, self.accepted = PRIOR_MASS
+        self.tokens = self.seconds = None
+        self.plain = plain_seconds
+        self.idle = 0
+
+    @property
+    def scale(self) -> float:
+        return self.accepted / self.predicted
+
+    def draft_now(self) -> bool:
+        if self.tokens is None or self.tokens / self.seconds >= 1.0 / self.plain:
+            self.idle = 0
+            return True
+        self.idle += 1
+        if self.idle > PROBE_EVERY:
+            self.idle = 0
+            return True
+        return False
+
+    def update(self, drafted: bool, predicted: float, accepted: int, seconds: float | None) -> None:
+        """After a step: whether it drafted, the chosen nodes' summed probability, the accepted count, and its
+        seconds (None: not to be counted)."""
+        if drafted:
+            self.predicted = DECAY * self.predicted + predicted
+            self.accepted = DECAY * self.accepted + accepted
+            if seconds is not None:
+                self.tokens = accepted + 1 if self.tokens is None else DECAY * self.tokens + accepted + 1
+                self.seconds = seconds if self.seconds is None else DECAY * self.seconds + seconds
+        elif seconds is not None:
+            self.plain = DECAY * self.plain + (1 - DECAY) * seconds
 
 
 def tree_mask(pending: int, parents: list[int]) -> torch.Tensor:
@@ -208,7 +255,9 @@ class Eagle(Strategy):
     lossless = True
     params = {
         "k": Param(4, int, 1, K_MAX, help="tokens drafted per step (the start value when adaptive)"),
-        "adaptive": Param(True, bool, help="choose k after every step by the cost rule (as sps's rule 'cost')"),
+        "adaptive": Param(True, bool, help="chain: choose k after every step by the cost rule (as sps's rule "
+                                           "'cost'); tree: scale the draft's probabilities by this run's "
+                                           "acceptance and draft only while drafting steps beat plain ones"),
         "tree": Param(True, bool, help="draft a tree (EAGLE-2) instead of a chain of k tokens"),
         "depth": Param(6, int, 1, 16, help="tree: levels drafted at most (one draft pass each)"),
         "branch": Param(3, int, 1, 16, help="tree: children drafted under each expanded node"),
@@ -279,19 +328,24 @@ class Eagle(Strategy):
         dcache, dlen, feats = fd.new_cache(), 0, None
         costs = passcost.pass_costs(engine, TREE_WIDTHS)
         draft_cost = step_cost(engine, fd)
+        rule = TreeRule(passcost.cost_at(costs, 1)) if p["adaptive"] else None
         prefill = True
         while True:
             room = out.budget - len(out.ids) - 1
             base, fed = len(seq), engine.cache_len(tcache)
             tree = Tree([], [], [], [], 0)
-            if feats is not None and room > 0:
+            t0 = time.perf_counter()
+            drafts = feats is not None and room > 0 and (rule is None or rule.draft_now())
+            timed = not prefill and (not drafts or feats.shape[1] <= 8)   # not the draft's read of the prompt
+            scale = rule.scale if rule is not None else 1.0
+            if drafts:
                 with torch.inference_mode():
                     h = fd.hidden(feats, torch.tensor([seq[dlen + 1:]]), dcache)[0, -1]
                     dlen, feats = len(seq) - 1, feats[:, :0]
                     grown = grow(fd, engine, h, dcache, dlen, min(p["depth"], room), p["branch"], p["width"],
-                                 p["stop"])
+                                 p["stop"], scale)
                 spent = grown.passes * draft_cost
-                tree = choose(grown, base - fed, lambda w: spent + passcost.cost_at(costs, w), p["nodes"])
+                tree = choose(grown, base - fed, lambda w: spent + passcost.cost_at(costs, w), p["nodes"], scale)
                 tree.passes = grown.passes
             P, n = base - fed, len(tree.tokens)
             with FD.capture(engine) as got:
@@ -309,6 +363,8 @@ class Eagle(Strategy):
             new = torch.cat([g[:P], g[P + torch.tensor(path, dtype=torch.long, device=g.device)]])[None]
             feats = new if feats is None else torch.cat([feats[:, :fed - dlen], new], 1)
             seq += v.tokens
+            if rule is not None:
+                rule.update(drafts, sum(tree.probs), v.accepted, time.perf_counter() - t0 if timed else None)
             step = out.step(v.tokens, forward_passes=1, draft_passes=tree.passes, drafted=n, prefill=prefill,
                             info={"nodes": n, "depth": max(tree.depths, default=0)})
             step.accepted = min(v.accepted, len(step.token_ids))
