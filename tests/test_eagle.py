@@ -316,7 +316,8 @@ def test_keep_moves_the_accepted_path_as_a_causal_pass_would_cache_it(target):
     assert torch.allclose(a, b, atol=1e-4)
 
 
-@pytest.mark.parametrize("params", [{}, {"depth": 5, "branch": 3, "width": 3, "nodes": 40, "stop": 0.0}])
+@pytest.mark.parametrize("params", [{"adaptive": False},
+                                    {"adaptive": False, "depth": 5, "branch": 3, "width": 3, "nodes": 40, "stop": 0.0}])
 def test_tree_greedy_equals_ar_token_for_token(target, trained, params):
     use(flat_costs(target), trained[0])
     accepted = drafted = 0
@@ -340,7 +341,7 @@ def test_tree_greedy_equals_ar_token_for_token(target, trained, params):
 def test_tree_budget_and_eos(target, trained):
     use(flat_costs(target), trained[0])
     try:
-        toks, steps = run(target, "eagle", PROMPTS[0], max_new_tokens=7)
+        toks, steps = run(target, "eagle", PROMPTS[0], max_new_tokens=7, params={"adaptive": False})
         assert len(toks) == 7 and steps[-1].finished
         assert all(s.info["depth"] <= 6 - sum(len(x.token_ids) for x in steps[:i])
                    for i, s in enumerate(steps) if i)                   # never drafted past the budget
@@ -348,7 +349,7 @@ def test_tree_budget_and_eos(target, trained):
         cut = next(i for i in range(8, 30) if ref[i] not in ref[:i])
         eng = copy.copy(target)
         eng.eos_ids = {ref[cut]}
-        got, st = run(eng, "eagle", PROMPTS[0], ignore_eos=False)
+        got, st = run(eng, "eagle", PROMPTS[0], ignore_eos=False, params={"adaptive": False})
         assert got == ref[:cut] and st[-1].finish_reason == "eos"
     finally:
         target.extras.pop("pass_costs", None)
@@ -374,7 +375,7 @@ def test_tree_sampling_is_lossless_in_distribution(target, trained):
     try:
         for seed in range(n):
             toks, steps = run(target, "eagle", prompt, max_new_tokens=3, temperature=1.0, top_k=5, seed=seed,
-                              params={"depth": 2, "branch": 2, "width": 2, "stop": 0.0})
+                              params={"depth": 2, "branch": 2, "width": 2, "stop": 0.0, "adaptive": False})
             counts[tuple(toks[:2])] = counts.get(tuple(toks[:2]), 0) + 1
             accepted += sum(s.accepted for s in steps)
     finally:
