@@ -430,21 +430,14 @@ def test_tree_rule_scales_the_draft_and_pauses_drafting_that_does_not_pay():
     rule = E.TreeRule(plain_seconds=0.1)
     assert rule.scale == 1.0 and rule.draft_now()
     for i in range(10):                     # the draft expected 2 tokens a step, the target took 0.5
-        rule.update(True, 2.0, i % 2, 0.3)
+        rule.update(2.0, i % 2, 0.3)
     assert rule.scale < 0.5
     # 1-2 tokens per 0.3 s of drafting against 10 tokens/s plain: pause, probing every PROBE_EVERY + 1 steps
     pattern = [rule.draft_now() for _ in range(2 * (PROBE_EVERY + 1))]
     assert pattern.count(True) == 2 and pattern[PROBE_EVERY] and pattern[-1]
-    fast = E.TreeRule(plain_seconds=0.1)
-    for _ in range(5):                      # 3 tokens per 0.12 s beats 10 tokens/s
-        fast.update(True, 1.0, 2, 0.12)
-    assert fast.scale > 1.5 and all(fast.draft_now() for _ in range(20))
-    slow_plain = E.TreeRule(plain_seconds=0.01)
-    slow_plain.update(True, 1.0, 1, 0.1)
-    assert not slow_plain.draft_now()
-    for _ in range(30):                     # plain steps measured slower than the first guess: drafting pays again
-        slow_plain.update(False, 0.0, 0, 0.2)
-    assert slow_plain.draft_now()
+    for _ in range(10):                     # the text turns predictable: 4 tokens per 0.2 s, drafting pays again
+        rule.update(2.0, 3, 0.2)
+    assert rule.scale > 1.0 and all(rule.draft_now() for _ in range(20))
 
 
 def test_a_useless_draft_gets_plain_steps_and_the_output_stays_ar(target):

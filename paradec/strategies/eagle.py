@@ -195,11 +195,12 @@ class TreeRule:
     """What this run's own steps say about its trees. `scale`: the tokens the target accepted over the draft's
     expected count (the summed path probabilities of the nodes it verified), decayed: a draft over-confident on
     this text (translation, say) gets its probabilities scaled down, so fewer nodes pay and drafting stops sooner;
-    an under-confident one up. `draft_now`: whether to draft this step, from the decayed tokens per second of the
-    steps that drafted (draft and verify, the Python around them included; not the draft's first read of the
-    prompt) against that of plain steps (measured plain steps, and for drafting steps their verify pass scaled to
-    one position by the measured pass costs); when plain steps are faster, only every PROBE_EVERY + 1-th step
-    drafts, so the figures keep up with the text."""
+    an under-confident one up. `draft_now`: whether to draft this step, from the decayed tokens per modelled second
+    of the steps that drafted (their draft passes at the draft's measured step cost plus their verify pass at the
+    measured cost of its width) against a plain step's (the measured one-position pass). Costs measured once at
+    start, not each step's wall time: on a shared 2-core machine a pass's time drifts by 2x within a minute, and a
+    rule reading wall time paused drafting on noise (docs/bench/eagle-tree-tune.md). When plain steps pay more,
+    only every PROBE_EVERY + 1-th step drafts, so the figures keep up with the text."""
 
     def __init__(self, plain_seconds: float):
         self.predicted, self.accepted = PRIOR_MASS
@@ -221,20 +222,13 @@ class TreeRule:
             return True
         return False
 
-    def update(self, drafted: bool, predicted: float, accepted: int, seconds: float | None,
-               plain: float | None = None) -> None:
-        """After a step: whether it drafted, the chosen nodes' summed probability, the accepted count, its seconds
-        (None: not to be counted), and for a drafting step what a plain step would have taken now (its verify
-        pass's seconds scaled by the measured costs of a one-position and of its own width: the machine's speed of
-        the moment, which drifts)."""
-        if drafted:
-            self.predicted = DECAY * self.predicted + predicted
-            self.accepted = DECAY * self.accepted + accepted
-            if seconds is not None:
-                self.tokens = accepted + 1 if self.tokens is None else DECAY * self.tokens + accepted + 1
-                self.seconds = seconds if self.seconds is None else DECAY * self.seconds + seconds
-        if seconds is not None and (plain is not None or not drafted):
-            self.plain = DECAY * self.plain + (1 - DECAY) * (seconds if plain is None else plain)
+    def update(self, predicted: float, accepted: int, seconds: float) -> None:
+        """After a step that drafted: the chosen nodes' summed probability, the accepted count, and the step's
+        modelled seconds."""
+        self.predicted = DECAY * self.predicted + predicted
+        self.accepted = DECAY * self.accepted + accepted
+        self.tokens = accepted + 1 if self.tokens is None else DECAY * self.tokens + accepted + 1
+        self.seconds = seconds if self.seconds is None else DECAY * self.seconds + seconds
 
 
 def tree_mask(pending: int, parents: list[int]) -> torch.Tensor:
@@ -338,9 +332,7 @@ class Eagle(Strategy):
             room = out.budget - len(out.ids) - 1
             base, fed = len(seq), engine.cache_len(tcache)
             tree = Tree([], [], [], [], 0)
-            t0 = time.perf_counter()
             drafts = feats is not None and room > 0 and (rule is None or rule.draft_now())
-            timed = not prefill and (not drafts or feats.shape[1] <= 8)   # not the draft's read of the prompt
             scale = rule.scale if rule is not None else 1.0
             if drafts:
                 with torch.inference_mode():
@@ -352,7 +344,6 @@ class Eagle(Strategy):
                 tree = choose(grown, base - fed, lambda w: spent + passcost.cost_at(costs, w), p["nodes"], scale)
                 tree.passes = grown.passes
             P, n = base - fed, len(tree.tokens)
-            tv = time.perf_counter()
             with FD.capture(engine) as got:
                 if n:
                     positions = torch.tensor([list(range(fed, base)) + [base - 1 + d for d in tree.depths]])
@@ -362,17 +353,14 @@ class Eagle(Strategy):
                 else:                       # a plain pass (the prompt's): the model's own causal mask
                     logits = engine.forward(seq[fed:], tcache, logits_to_keep=1, upcast=False)[0]
             v, path = verification.tree(tree.tokens, tree.parents, logits, sp, rng)
-            tv = time.perf_counter() - tv
             engine.keep(tcache, base, path)
             Engine.crop(dcache, dlen)
             g = got[-1][0]
             new = torch.cat([g[:P], g[P + torch.tensor(path, dtype=torch.long, device=g.device)]])[None]
             feats = new if feats is None else torch.cat([feats[:, :fed - dlen], new], 1)
             seq += v.tokens
-            if rule is not None:
-                plain = tv * passcost.cost_at(costs, 1) / passcost.cost_at(costs, P + n) if drafts else None
-                rule.update(drafts, sum(tree.probs), v.accepted, time.perf_counter() - t0 if timed else None,
-                            plain if timed else None)
+            if rule is not None and drafts:
+                rule.update(sum(tree.probs), v.accepted, tree.passes * draft_cost + passcost.cost_at(costs, P + n))
             step = out.step(v.tokens, forward_passes=1, draft_passes=tree.passes, drafted=n, prefill=prefill,
                             info={"nodes": n, "depth": max(tree.depths, default=0)})
             step.accepted = min(v.accepted, len(step.token_ids))
