@@ -19,9 +19,8 @@ with a tree mask over the draft's cache, up to `depth` levels, stopping early on
 than `stop` of the draft's probability together. The target then verifies the likeliest nodes in one pass with
 a tree mask (`verification.tree`), as many as pay by the measured pass costs (paradec/passcost.py: the expected
 accepted tokens, 1 + the sum of the chosen nodes' probabilities, per second of the step), at most `nodes`; its
-cache keeps the accepted path (`Engine.keep`). With `adaptive` (`TreeRule`) the draft's probabilities are scaled by
-how well they have predicted this run's acceptances so far, and drafting pauses (probing every few steps) while
-drafting steps yield fewer tokens per second than plain ones. The children of a node are fixed by the draft, not sampled, and
+cache keeps the accepted path (`Engine.keep`). With `adaptive` (`TreeRule`) drafting pauses (probing every few
+steps) while drafting steps yield fewer tokens per modelled second than plain ones. The children of a node are fixed by the draft, not sampled, and
 verification tries them in order against the target's distribution with the refused ones removed, so sampled
 output is distributed exactly as the target's; greedy output is `ar`'s token for token.
 
@@ -105,7 +104,6 @@ def step_cost(engine, fd: FD.FeatureDraft, repeats: int = 5) -> float:
 
 
 TREE_WIDTHS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)     # target pass widths timed for the tree's size
-PRIOR_MASS = (1.0, 1.0)     # TreeRule: (predicted, accepted) tokens before the first step
 
 
 @dataclass
@@ -118,10 +116,10 @@ class Tree:
 
 
 def grow(fd: FD.FeatureDraft, engine, h_root: torch.Tensor, dcache, dlen: int, depth: int, branch: int,
-         width: int, stop: float, scale: float = 1.0) -> Tree:
+         width: int, stop: float) -> Tree:
     """Draft a tree from the draft's predicted feature h_root (hidden,) of the context's last position; the draft
     cache holds positions 0 .. dlen - 1 and gets the expanded nodes after them (crop it to dlen afterwards).
-    Expansion stops once the nodes to expand hold less than `stop` of the probability (x `scale`)."""
+    Expansion stops once the nodes to expand hold less than `stop` of the probability."""
     kept = fd.kept_ids
 
     def children(h):                        # (E, hidden) -> log-probs and token ids of each row's best `branch`
@@ -145,7 +143,7 @@ def grow(fd: FD.FeatureDraft, engine, h_root: torch.Tensor, dcache, dlen: int, d
     passes = 1
     for d in range(2, depth + 1):
         expand = sorted(frontier, key=lambda i: -score[i])[:width]
-        if sum(math.exp(score[i]) for i in expand) * scale < stop:
+        if sum(math.exp(score[i]) for i in expand) < stop:
             break
         C, E = Engine.cache_len(dcache), len(expand)
         allowed = torch.zeros(E, C + E, dtype=torch.bool)
@@ -167,11 +165,10 @@ def grow(fd: FD.FeatureDraft, engine, h_root: torch.Tensor, dcache, dlen: int, d
     return Tree(tok, par, dep, [math.exp(x) for x in score], passes)
 
 
-def choose(tree: Tree, pending: int, cost, nodes: int, scale: float = 1.0) -> Tree:
+def choose(tree: Tree, pending: int, cost, nodes: int) -> Tree:
     """The nodes the target verifies: the likeliest ones (a node's path is never less likely than its parent's, so
-    they form a tree), as many as maximise (1 + their summed probability x `scale`, each at most 1) /
-    cost(pending + their count), at most `nodes`; in creation order, so parents come first and siblings in the
-    draft's order."""
+    they form a tree), as many as maximise (1 + their summed probability) / cost(pending + their count), at most
+    `nodes`; in creation order, so parents come first and siblings in the draft's order."""
     order = sorted(range(len(tree.tokens)), key=lambda i: (-tree.probs[i], i))
     chosen: set[int] = set()
     for i in order:                             # ties at probability 1.0 could put a child first: keep closure
@@ -182,7 +179,7 @@ def choose(tree: Tree, pending: int, cost, nodes: int, scale: float = 1.0) -> Tr
     ranked = [i for i in order if i in chosen]
     best, best_rate, mass = 0, 1.0 / cost(pending), 1.0
     for n, i in enumerate(ranked, 1):
-        mass += min(1.0, tree.probs[i] * scale)
+        mass += tree.probs[i]
         if mass / cost(pending + n) > best_rate:
             best, best_rate = n, mass / cost(pending + n)
     keep = sorted(ranked[:best])
@@ -192,10 +189,8 @@ def choose(tree: Tree, pending: int, cost, nodes: int, scale: float = 1.0) -> Tr
 
 
 class TreeRule:
-    """What this run's own steps say about its trees. `scale`: the tokens the target accepted over the draft's
-    expected count (the summed path probabilities of the nodes it verified), decayed: a draft over-confident on
-    this text (translation, say) gets its probabilities scaled down, so fewer nodes pay and drafting stops sooner;
-    an under-confident one up. `draft_now`: whether to draft this step, from the decayed tokens per modelled second
+    """Whether a tree pays on this text, from this run's own steps. `draft_now`: whether to draft this step, from
+    the decayed tokens per modelled second
     of the steps that drafted (their draft passes at the draft's measured step cost plus their verify pass at the
     measured cost of its width) against a plain step's (the measured one-position pass). Costs measured once at
     start, not each step's wall time: on a shared 2-core machine a pass's time drifts by 2x within a minute, and a
@@ -203,14 +198,9 @@ class TreeRule:
     only every PROBE_EVERY + 1-th step drafts, so the figures keep up with the text."""
 
     def __init__(self, plain_seconds: float):
-        self.predicted, self.accepted = PRIOR_MASS
         self.tokens = self.seconds = None
         self.plain = plain_seconds
         self.idle = 0
-
-    @property
-    def scale(self) -> float:
-        return self.accepted / self.predicted
 
     def draft_now(self) -> bool:
         if self.tokens is None or self.tokens / self.seconds >= 1.0 / self.plain:
@@ -222,11 +212,8 @@ class TreeRule:
             return True
         return False
 
-    def update(self, predicted: float, accepted: int, seconds: float) -> None:
-        """After a step that drafted: the chosen nodes' summed probability, the accepted count, and the step's
-        modelled seconds."""
-        self.predicted = DECAY * self.predicted + predicted
-        self.accepted = DECAY * self.accepted + accepted
+    def update(self, accepted: int, seconds: float) -> None:
+        """After a step that drafted: the accepted count and the step's modelled seconds."""
         self.tokens = accepted + 1 if self.tokens is None else DECAY * self.tokens + accepted + 1
         self.seconds = seconds if self.seconds is None else DECAY * self.seconds + seconds
 
@@ -254,8 +241,7 @@ class Eagle(Strategy):
     params = {
         "k": Param(4, int, 1, K_MAX, help="tokens drafted per step (the start value when adaptive)"),
         "adaptive": Param(True, bool, help="chain: choose k after every step by the cost rule (as sps's rule "
-                                           "'cost'); tree: scale the draft's probabilities by this run's "
-                                           "acceptance and draft only while drafting steps beat plain ones"),
+                                           "'cost'); tree: draft only while drafting steps beat plain ones"),
         "tree": Param(True, bool, help="draft a tree (EAGLE-2) instead of a chain of k tokens"),
         "depth": Param(6, int, 1, 16, help="tree: levels drafted at most (one draft pass each)"),
         "branch": Param(3, int, 1, 16, help="tree: children drafted under each expanded node"),
@@ -333,15 +319,14 @@ class Eagle(Strategy):
             base, fed = len(seq), engine.cache_len(tcache)
             tree = Tree([], [], [], [], 0)
             drafts = feats is not None and room > 0 and (rule is None or rule.draft_now())
-            scale = rule.scale if rule is not None else 1.0
             if drafts:
                 with torch.inference_mode():
                     h = fd.hidden(feats, torch.tensor([seq[dlen + 1:]]), dcache)[0, -1]
                     dlen, feats = len(seq) - 1, feats[:, :0]
                     grown = grow(fd, engine, h, dcache, dlen, min(p["depth"], room), p["branch"], p["width"],
-                                 p["stop"], scale)
+                                 p["stop"])
                 spent = grown.passes * draft_cost
-                tree = choose(grown, base - fed, lambda w: spent + passcost.cost_at(costs, w), p["nodes"], scale)
+                tree = choose(grown, base - fed, lambda w: spent + passcost.cost_at(costs, w), p["nodes"])
                 tree.passes = grown.passes
             P, n = base - fed, len(tree.tokens)
             with FD.capture(engine) as got:
@@ -360,7 +345,7 @@ class Eagle(Strategy):
             feats = new if feats is None else torch.cat([feats[:, :fed - dlen], new], 1)
             seq += v.tokens
             if rule is not None and drafts:
-                rule.update(sum(tree.probs), v.accepted, tree.passes * draft_cost + passcost.cost_at(costs, P + n))
+                rule.update(v.accepted, tree.passes * draft_cost + passcost.cost_at(costs, P + n))
             step = out.step(v.tokens, forward_passes=1, draft_passes=tree.passes, drafted=n, prefill=prefill,
                             info={"nodes": n, "depth": max(tree.depths, default=0)})
             step.accepted = min(v.accepted, len(step.token_ids))
