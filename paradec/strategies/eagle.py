@@ -190,9 +190,9 @@ def choose(tree: Tree, pending: int, cost, nodes: int) -> Tree:
 
 class TreeRule:
     """Whether a tree pays on this text, from this run's own steps. `draft_now`: whether to draft this step, from
-    the decayed tokens per modelled second
-    of the steps that drafted (their draft passes at the draft's measured step cost plus their verify pass at the
-    measured cost of its width) against a plain step's (the measured one-position pass). Costs measured once at
+    the decayed tokens per modelled second of the steps that drafted (their draft passes at the draft's measured
+    step cost plus their verify pass at the measured cost of its width) against a plain step's (the measured
+    one-position pass). Costs measured once at
     start, not each step's wall time: on a shared 2-core machine a pass's time drifts by 2x within a minute, and a
     rule reading wall time paused drafting on noise (docs/bench/eagle-tree-tune.md). When plain steps pay more,
     only every PROBE_EVERY + 1-th step drafts, so the figures keep up with the text."""
