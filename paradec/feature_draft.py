@@ -210,11 +210,11 @@ class FeatureDraft:
     def save(self, folder, meta: dict | None = None) -> Path:
         return D.save_folder(folder, self.state(), self.kept_ids, {**self.config_dict(), **(meta or {})})
 
+
 def load(folder, engine) -> FeatureDraft:
     """The feature draft in `folder` for the target `engine`, ready to decode; ValueError (a clear one) when the
     folder holds something else or a draft made for another model."""
-    d = read(folder, engine).prepare()
-    return d
+    return read(folder, engine).prepare()
 
 
 def read(folder, engine) -> FeatureDraft:

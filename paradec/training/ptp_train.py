@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import sys
 import time
@@ -223,14 +222,16 @@ def loss_fn(logits, batch, valid) -> torch.Tensor:
                                              ignore_index=-100)
 
 
-def train_step(engine, ad: P.PTPAdapter, opt, batch: dict, sp: SamplingParams, u_gen: torch.Generator) -> float:
-    """One optimizer step on one batch (u ~ Beta(0.3, 0.3) inside each bin). Returns the loss."""
+def batch_loss(engine, ad: P.PTPAdapter, batch: dict, sp: SamplingParams, u_gen: torch.Generator) -> torch.Tensor:
+    """The training loss of one batch (u ~ Beta(0.3, 0.3) inside each bin), with its graph."""
     logits, valid, _u, _t = forward_slots(engine, ad, batch, sp, u_gen, beta=True, grad=True)
-    loss = loss_fn(logits, batch, valid)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(ad.parameters(), 1.0)
-    opt.step()
+    return loss_fn(logits, batch, valid)
+
+
+def train_step(engine, ad: P.PTPAdapter, opt, batch: dict, sp: SamplingParams, u_gen: torch.Generator) -> float:
+    """One optimizer step on one batch. Returns the loss."""
+    loss = batch_loss(engine, ad, batch, sp, u_gen)
+    checkpoint.optimizer_step(loss, list(ad.parameters()), opt)
     return float(loss.detach())
 
 
@@ -321,8 +322,6 @@ def structure(ad: P.PTPAdapter) -> dict:
 
 
 def train(args) -> Path:
-    from tqdm import tqdm
-
     from ..engine import Engine, cpu_name
     torch.manual_seed(args.seed)
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
@@ -371,7 +370,7 @@ def train(args) -> Path:
     ad = P.PTPAdapter.for_model(engine.model, rank=args.rank, block=args.block,
                                 mode="C" if args.teacher_free else "O")
     opt = torch.optim.AdamW([q for q in ad.parameters()], lr=args.lr, weight_decay=0.0)
-    step, curve, elapsed = 0, [], 0.0
+    run = {"step": 0, "curve": [], "elapsed": 0.0}
     st = checkpoint.load(ckpt)
     if args.init and st is None:             # a resumed run has the started-from adapter's record in its checkpoint
         init_from(ad, Path(args.init), engine)
@@ -379,26 +378,21 @@ def train(args) -> Path:
         if st["config"] == structure(ad):
             ad.load_state_dict(st["adapter"])
             opt.load_state_dict(st["opt"])
-            step, curve, elapsed = st["step"], st["curve"], st["elapsed"]
+            run = {k: st[k] for k in run}
             if st.get("init"):
                 ad.meta["init"] = st["init"]
             torch.set_rng_state(st["torch_rng"])
-            print(f"resuming from step {step} ({ckpt})", file=sys.stderr)
+            print(f"resuming from step {run['step']} ({ckpt})", file=sys.stderr)
     ad.attach(engine.model)
-    gen = random.Random(args.seed * 1000 + step)
-    u_gen = torch.Generator().manual_seed(args.seed + step)
-
-    def lr_at(s):
-        if s < args.warmup:
-            return args.lr * (s + 1) / args.warmup
-        frac = (s - args.warmup) / max(1, args.steps - args.warmup)
-        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+    gen = random.Random(args.seed * 1000 + run["step"])
+    u_gen = torch.Generator().manual_seed(args.seed + run["step"])
+    curve = run["curve"]
 
     def save(final=False):
         ad.meta.update({
             "base_model": engine.name,
             "trained_with": "python -m paradec train ptp " + " ".join(args.argv),
-            "steps": step, "train_minutes": round(elapsed / 60, 2), "teacher_minutes": teacher_min,
+            "steps": run["step"], "train_minutes": round(run["elapsed"] / 60, 2), "teacher_minutes": teacher_min,
             "hardware": f"{cpu_name()} {engine.device}, {engine.dtype}, "
                         f"{torch.get_num_threads()} thread(s)".strip(),
             "data": data_desc, "teacher_sampling": {"temperature": sp.temperature, "top_k": sp.top_k,
@@ -407,7 +401,7 @@ def train(args) -> Path:
             "curve": curve, "heldout_tokens_per_pass": curve[-1] if curve else None, "complete": final})
         ad.save(out)
         checkpoint.save(ckpt, {"config": structure(ad), "adapter": ad.state_dict(),
-                          "opt": opt.state_dict(), "step": step, "curve": curve, "elapsed": elapsed,
+                          "opt": opt.state_dict(), **run,
                           "init": ad.meta.get("init"),
                           "torch_rng": torch.get_rng_state()})
 
@@ -415,34 +409,11 @@ def train(args) -> Path:
     if not curve:
         ev = evaluate(engine, ad, curve_rows, args.block, sp)
         curve.append({"step": 0, **ev})
-    deadline = time.time() + args.max_minutes * 60 if args.max_minutes else None
-    bar = tqdm(total=args.steps, initial=step, desc="ptp", file=sys.stderr,
-               mininterval=5)
-    loss_ema = None
-    while step < args.steps:
-        ts = time.time()
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step)
-        batch = build_batch([gen.choice(rows) for _ in range(args.batch)], args.block, args.blocks, gen, max_len)
-        lv = train_step(engine, ad, opt, batch, sp, u_gen)
-        step += 1
-        elapsed += time.time() - ts
-        loss_ema = lv if loss_ema is None else 0.9 * loss_ema + 0.1 * lv
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss_ema:.3f}", tau=curve[-1].get("greedy") if curve else None)
-        stop = deadline is not None and time.time() > deadline
-        if step % args.eval_every == 0 or step == args.steps or stop:
-            te = time.time()
-            ev = evaluate(engine, ad, curve_rows, args.block, sp)
-            curve.append({"step": step, "loss": round(loss_ema, 4), **ev})
-            elapsed += time.time() - te
-            print(json.dumps(curve[-1]), file=sys.stderr, flush=True)
-        if step % args.ckpt_every == 0 or step == args.steps or stop:
-            save()
-        if stop:
-            print(f"stopping at step {step}: --max-minutes {args.max_minutes} reached", file=sys.stderr)
-            break
-    bar.close()
+    checkpoint.run_steps(
+        args, run, opt, list(ad.parameters()),
+        lambda: (batch_loss(engine, ad, build_batch([gen.choice(rows) for _ in range(args.batch)], args.block,
+                                                    args.blocks, gen, max_len), sp, u_gen), {}),
+        lambda: evaluate(engine, ad, curve_rows, args.block, sp), save, "ptp")
     if args.final_eval_rows:
         te = time.time()
         fin = eval_rows(held, args.final_eval_rows, args.eval_tokens)
@@ -450,7 +421,7 @@ def train(args) -> Path:
                                  **evaluate(engine, ad, fin, args.block, sp),
                                  "greedy_by_kind": evaluate_by_kind(engine, ad, fin, args.block, sp)}
         print(json.dumps(ad.meta["final_eval"]), file=sys.stderr, flush=True)
-        elapsed += time.time() - te
+        run["elapsed"] += time.time() - te
     save(final=True)
     write_card(out, ad.file_config())
     print(f"wrote {out}", file=sys.stderr)
