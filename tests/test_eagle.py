@@ -74,6 +74,31 @@ def trained(target):
     return fd.prepare(), before, after
 
 
+def test_deeper_levels_read_predictions_of_predictions(target, trained):
+    """levels 3 with every input swapped: the third run reads what the second predicted one position back, which
+    read what the first predicted: its cross-entropy is the one computed by hand on that chain, and the loss is the
+    mean of the three runs'."""
+    fd = trained[0]
+    data = ET.features(target, rows_of(target, PROMPTS[:2]), None, "test")
+    fin, toks, ftgt, mask = ET.make_batch(data)
+    scale = torch.ones(fin.shape[-1])
+    with torch.no_grad():
+        loss, parts = ET.losses(fd, fin, toks, ftgt, mask, scale, 0.0, 1.0, torch.Generator().manual_seed(0), 3)
+        p = torch.softmax(fd.kept_logits(ftgt[mask]).float(), -1)
+        inp, ces = fin, []
+        for _ in range(3):
+            h = fd.hidden(inp, toks)
+            ces.append(float(-(p * torch.log_softmax(fd.kept_logits(h[mask]).float(), -1)).sum(-1).mean()))
+            inp = ET.shifted(fin, h)
+    assert [parts[f"ce{i}"] for i in (1, 2, 3)] == pytest.approx(ces, rel=1e-4)
+    assert float(loss) == pytest.approx(sum(ces) / 3, rel=1e-4)
+    assert ces[2] != pytest.approx(ces[1], rel=1e-3)       # the third run did read something new
+    _l, two = ET.losses(fd, fin, toks, ftgt, mask, scale, 0.0, 1.0, None, 2)
+    assert set(two) == {"ce1", "ce2"}
+    acc = ET.acceptance(fd, data)
+    assert 0 <= acc["a3"] <= 1 and acc["positions"] > 0
+
+
 def use(engine, fd):
     engine.extras["eagle"] = fd
     engine.extras.pop("eagle_cost", None)
@@ -220,7 +245,7 @@ def test_unavailable_without_a_draft_says_how_to_train_one():
 
 
 def test_trainer_refuses_impossible_arguments(capsys):
-    for bad in (["--ttt-share", "1.5"], ["--corpus-share", "1"], ["--steps", "0"]):
+    for bad in (["--ttt-share", "1.5"], ["--corpus-share", "1"], ["--steps", "0"], ["--levels", "0"]):
         with pytest.raises(SystemExit):
             ET.main(bad)
         assert "must" in capsys.readouterr().err

@@ -15,10 +15,13 @@ next token's embedding. Its data are the target's own hidden states:
    and the true f_{j+1} (per-dimension scaled by the features' spread). Each batch runs twice: once on the true
    features, once with `--ttt-share` of the input features replaced by the draft's own predictions from the first
    run (detached): at decoding time every proposal after the first reads a predicted feature, so the draft learns
-   to read its own (the idea of EAGLE-3's training-time test, one level deep).
+   to read its own (the idea of EAGLE-3's training-time test). With `--levels L` > 2 the batch runs L times, run n
+   reading (at the same share of positions) what run n - 1 predicted: a tree's third and deeper proposals read
+   predictions made from predictions, and those runs train exactly that.
 4. AdamW, warm-up and cosine decay, checkpointed every --ckpt-every steps (resumable). Every --eval-every steps,
    on the held-out greedy answers: the share of positions where the draft's argmax is the target's token, reading
-   true features (a1: the first proposal of a step) and reading its own predicted feature (a2: later proposals).
+   true features (a1: the first proposal of a step), reading its own predicted feature (a2: the second) and a
+   prediction made from a prediction (a3: the third and later).
 """
 from __future__ import annotations
 
@@ -71,9 +74,19 @@ def batches(groups: list[tuple[list[dict], float]], batch: int, rng: random.Rand
         yield make_batch([rng.choice(groups[rng.choices(range(len(groups)), shares)[0]][0]) for _ in range(batch)])
 
 
+def shifted(fin, h):
+    """The input features a draft pass reads when it drafts on from its own outputs: at position j the draft's
+    prediction made at j - 1 (position 0 keeps its true feature)."""
+    return torch.cat([fin[:, :1], h[:, :-1].detach().to(fin.dtype)], 1)
+
+
 def losses(fd: FD.FeatureDraft, fin, toks, ftgt, mask, scale, reg: float, ttt_share: float,
-           gen: torch.Generator | None = None) -> tuple[torch.Tensor, dict]:
-    """The two-run loss of one batch (module docstring, step 3), and its parts."""
+           gen: torch.Generator | None = None, levels: int = 2) -> tuple[torch.Tensor, dict]:
+    """The loss of one batch (module docstring, step 3), the mean over `levels` runs, and its parts.
+
+    Run 1 reads the true features; run n > 1 reads, at `ttt_share` of the positions, the (detached) features run
+    n - 1 predicted one position earlier, and the true ones elsewhere: a position whose input was swapped in every
+    run from n - d + 1 to n reads what the draft would at its d-th proposal of a step."""
     with torch.no_grad():
         p = torch.softmax(fd.kept_logits(ftgt[mask]).float(), -1)      # the target's own distribution, kept vocab
 
@@ -82,39 +95,42 @@ def losses(fd: FD.FeatureDraft, fin, toks, ftgt, mask, scale, reg: float, ttt_sh
         hm = h[mask]
         ce = -(p * torch.log_softmax(fd.kept_logits(hm).float(), -1)).sum(-1).mean()
         rg = F.smooth_l1_loss(hm.float() / scale, ftgt[mask].float() / scale)
-        return ce + reg * rg, h, ce, rg
-    l1, h1, ce1, _ = one(fin)
-    parts = {"ce1": float(ce1.detach())}
-    if ttt_share > 0:
-        pred = torch.cat([fin[:, :1], h1[:, :-1].detach().to(fin.dtype)], 1)    # f^_j from position j - 1
+        return ce + reg * rg, h, ce
+    total, h, ce = one(fin)
+    parts = {"ce1": float(ce.detach())}
+    n = levels if ttt_share > 0 else 1
+    for lvl in range(2, n + 1):
         swap = torch.rand(mask.shape, generator=gen) < ttt_share
         swap[:, 0] = False
-        l2, _h2, ce2, _ = one(torch.where(swap[..., None], pred, fin))
-        parts["ce2"] = float(ce2.detach())
-        return 0.5 * (l1 + l2), parts
-    return l1, parts
+        l, h, ce = one(torch.where(swap[..., None], shifted(fin, h), fin))
+        total = total + l
+        parts[f"ce{lvl}"] = float(ce.detach())
+    return total / n, parts
 
 
 @torch.no_grad()
 def acceptance(fd: FD.FeatureDraft, rows: list[dict]) -> dict:
     """On held-out rows (answer positions): a1 = draft argmax reading the true f_j == the target's argmax at j+1
-    (the first proposal of a step), a2 = the same reading its own predicted f^_j (every later proposal)."""
-    hit1 = hit2 = tot = 0
+    (the first proposal of a step), a2 = the same reading its own predicted f^_j (the second proposal), a3 =
+    reading the prediction made from a prediction (the third and later)."""
+    hit = [0, 0, 0]
+    tot = 0
     for r in rows:
         fin, toks, ftgt, mask = make_batch([r])
         if not mask.any():
             continue
         tgt = fd.kept_ids[fd.kept_logits(ftgt[mask]).argmax(-1)]
-        h1 = fd.hidden(fin, toks)
-        hit1 += int((fd.kept_ids[fd.kept_logits(h1[mask]).argmax(-1)] == tgt).sum())
-        pred = torch.cat([fin[:, :1], h1[:, :-1].to(fin.dtype)], 1)
-        h2 = fd.hidden(pred, toks)
-        hit2 += int((fd.kept_ids[fd.kept_logits(h2[mask]).argmax(-1)] == tgt).sum())
+        inp = fin
+        for i in range(3):
+            h = fd.hidden(inp, toks)
+            hit[i] += int((fd.kept_ids[fd.kept_logits(h[mask]).argmax(-1)] == tgt).sum())
+            inp = shifted(fin, h)                # every input the prediction made one position back
         tot += int(mask.sum())
-    a1, a2 = hit1 / max(1, tot), hit2 / max(1, tot)
+    a1, a2, a3 = (x / max(1, tot) for x in hit)
     # expected tokens per target pass of a k = 4 chain if proposals were accepted independently at these rates
-    tpp = 1 + a1 * (1 + a2 + a2 ** 2 + a2 ** 3)
-    return {"a1": round(a1, 4), "a2": round(a2, 4), "tokens_per_pass_k4": round(tpp, 3), "positions": tot}
+    tpp = 1 + a1 * (1 + a2 + a2 * a3 + a2 * a3 ** 2)
+    return {"a1": round(a1, 4), "a2": round(a2, 4), "a3": round(a3, 4), "tokens_per_pass_k4": round(tpp, 3),
+            "positions": tot}
 
 
 def train(args) -> Path:
@@ -166,7 +182,7 @@ def train(args) -> Path:
 
     ckpt = work / "eagle_checkpoint.pt"
     st = checkpoint.load(ckpt)
-    struct = {"source": args.source, "kept": kept, "reg": args.reg, "ttt": args.ttt_share,
+    struct = {"source": args.source, "kept": kept, "reg": args.reg, "ttt": args.ttt_share, "levels": args.levels,
               "corpus_windows": args.corpus_windows, "corpus_share": args.corpus_share,
               "init": str(Path(args.init).resolve()) if args.init else None}
     if st is not None and st.get("struct") == struct:
@@ -197,7 +213,8 @@ def train(args) -> Path:
                 "teacher_minutes": ans.minutes_for_card(), "feature_minutes": feat_min,
                 "hardware": f"{cpu_name()}, {torch.get_num_threads()} thread(s), {engine.device} (float32)",
                 "data": data_desc, "vocab_coverage": cov, "lr": args.lr, "batch": args.batch,
-                "max_len": args.max_len, "reg": args.reg, "ttt_share": args.ttt_share, "curve": curve,
+                "max_len": args.max_len, "reg": args.reg, "ttt_share": args.ttt_share, "levels": args.levels,
+                "curve": curve,
                 "init": ({"folder": args.init, "steps": init.meta.get("steps"),
                           "train_minutes": init.meta.get("train_minutes"), "heldout": init.meta.get("heldout")}
                          if init is not None else None),
@@ -210,7 +227,7 @@ def train(args) -> Path:
         curve.append({"step": 0, **acceptance(fd, ho)})
         print(curve[-1], file=sys.stderr, flush=True)
     checkpoint.run_steps(args, run, opt, params,
-                         lambda: losses(fd, *next(data), scale, args.reg, args.ttt_share, gen),
+                         lambda: losses(fd, *next(data), scale, args.reg, args.ttt_share, gen, args.levels),
                          lambda: acceptance(fd, ho), save, "eagle")
     save(final=True)
     write_card(out)
@@ -233,7 +250,8 @@ def write_card(folder: Path) -> Path:
              f"{cfg.get('vocab_coverage')}). File: {size / 1e6:.1f} MB (bfloat16).", "",
              f"- Trained with: `{cfg.get('trained_with')}`", f"- Data: {cfg.get('data')}",
              f"- Loss: cross-entropy against the target's distribution + {cfg.get('reg')} x smooth-L1 on the "
-             f"features; second run per batch with {cfg.get('ttt_share')} of the input features the draft's own",
+             f"features; {cfg.get('levels', 2)} runs per batch, each after the first with {cfg.get('ttt_share')} "
+             f"of the input features the previous run's predictions",
              f"- Steps: {cfg.get('steps')} x batch {cfg.get('batch')} (rows of at most {cfg.get('max_len')} tokens), "
              f"lr {cfg.get('lr')}" + (f", continuing a draft of {cfg['init'].get('steps')} steps "
                                       f"({cfg['init'].get('train_minutes')} min; held-out then "
@@ -242,9 +260,10 @@ def write_card(folder: Path) -> Path:
              f"- Time: {TCH.time_text(cfg.get('train_minutes'), cfg.get('teacher_minutes'))}; features "
              f"{cfg.get('feature_minutes')} min; hardware: {cfg.get('hardware')}",
              f"- Held-out greedy answers ({last.get('positions')} positions): a1 (first proposal, true features) "
-             f"{last.get('a1')}, a2 (later proposals, own features) {last.get('a2')}", "",
-             "| step | loss | a1 | a2 | tokens/pass (k 4, independent) |", "|---|---|---|---|---|"]
-    lines += [f"| {c.get('step')} | {c.get('loss', '')} | {c.get('a1')} | {c.get('a2')} | "
+             f"{last.get('a1')}, a2 (second proposal, own features) {last.get('a2')}, a3 (third and later, "
+             f"predictions of predictions) {last.get('a3', 'not measured')}", "",
+             "| step | loss | a1 | a2 | a3 | tokens/pass (k 4, independent) |", "|---|---|---|---|---|---|"]
+    lines += [f"| {c.get('step')} | {c.get('loss', '')} | {c.get('a1')} | {c.get('a2')} | {c.get('a3', '')} | "
               f"{c.get('tokens_per_pass_k4')} |" for c in curve]
     lines += ["", "Decoding with it is lossless whatever its quality: the target verifies every drafted token over "
               "its full vocabulary; tokens outside the kept vocabulary get probability 0 in q, which rejection "
@@ -270,7 +289,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--reg", type=float, default=0.2, help="weight of the feature regression")
     p.add_argument("--ttt-share", type=float, default=0.5,
-                   help="share of input features replaced by the draft's own in the second run (0 = one run)")
+                   help="share of input features replaced by the draft's own in each run after the first "
+                        "(0 = one run)")
+    p.add_argument("--levels", type=int, default=2,
+                   help="runs per batch, each reading the previous run's predictions (2: one level of "
+                        "training-time test; 3+: deeper proposals too)")
     p.add_argument("--corpus-windows", type=int, default=0, help="training-corpus windows added to the answers")
     p.add_argument("--corpus-share", type=float, default=0.25, help="share of each batch drawn from those windows")
     p.add_argument("--teacher-dtype", default="bfloat16", help="dtype of the target when it makes the features")
@@ -301,6 +324,8 @@ def main(argv: list[str]) -> int:
         parser.error(f"--corpus-share must lie strictly between 0 and 1, got {args.corpus_share}")
     if not 0.0 <= args.ttt_share <= 1.0:
         parser.error(f"--ttt-share must lie between 0 and 1, got {args.ttt_share}")
+    if not 1 <= args.levels <= 6:
+        parser.error(f"--levels must lie between 1 and 6, got {args.levels}")
     args.argv = list(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
