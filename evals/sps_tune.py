@@ -6,7 +6,8 @@ process, the configurations interleaved prompt by prompt (so a slow spell of the
 and prints per configuration: tokens per target pass, draft passes per token, tokens/s and the speed-up over ar
 in the same run. Every sps output is checked token for token against ar. The benchmark suites are never read.
 A configuration with "strategy": "eagle" runs the feature-level draft instead (its other keys are eagle's
-parameters; `--eagle FOLDER` picks a feature draft other than the shipped one).
+parameters; `--eagle FOLDER` picks a feature draft other than the shipped one for all of them, a "folder" key for
+one of them, so two drafts meet in one run).
 
     python evals/sps_tune.py [--model M] [--draft FOLDER] [--eagle FOLDER] [--prompts 12] [--max-new-tokens 64]
         [--configs '{"rule": "cost"};{"rule": "transformers"};{"adaptive": false, "k": 2};{"strategy": "eagle"}']
@@ -50,22 +51,31 @@ def main(argv=None) -> int:
         configs = [{**c, "draft": args.draft} if c.get("strategy", "sps") == "sps" else c for c in configs]
     strategies = [c.pop("strategy", "sps") for c in configs]
     e = Engine.load(args.model)
-    if args.eagle:
-        from paradec import feature_draft
-        e.extras["eagle"] = feature_draft.load(args.eagle, e)
+    from paradec import feature_draft
+    from paradec.strategies.eagle import feature_draft as shipped_eagle
+    folders = [c.pop("folder", args.eagle) if st == "eagle" else "" for st, c in zip(strategies, configs)]
+    drafts = {f: feature_draft.load(f, e) for f in set(folders) if f}
+    if any(st == "eagle" and not f for st, f in zip(strategies, folders)):
+        drafts[""] = shipped_eagle(e)
+
+    def run_cfg(st, r, c, folder):
+        if st == "eagle":
+            e.extras["eagle"] = drafts[folder]
+        return run_alone(e, st, r, c)
     prompts = training_prompts(args.prompts, args.seed, "heldout")
     reqs = [Request(messages=p["messages"], max_new_tokens=args.max_new_tokens) for p in prompts]
     warm = Request(messages=prompts[0]["messages"], max_new_tokens=8)    # weights packed, pass costs measured
     run_alone(e, "ar", warm)
-    for st, c in zip(strategies, configs):
-        run_alone(e, st, warm, c)
+    for st, c, f in zip(strategies, configs, folders):
+        run_cfg(st, warm, c, f)
     names = ["ar"] + [(st + " " if st != "sps" else "") + json.dumps({k: v for k, v in c.items() if k != "draft"})
-                      for st, c in zip(strategies, configs)]
+                      + (f" ({f})" if f and f != args.eagle else "")
+                      for st, c, f in zip(strategies, configs, folders)]
     lanes = {n: [] for n in names}
     for r in reqs:
         lanes["ar"].append(run_alone(e, "ar", r))
-        for n, st, c in zip(names[1:], strategies, configs):
-            lanes[n].append(run_alone(e, st, r, c))
+        for n, st, c, f in zip(names[1:], strategies, configs, folders):
+            lanes[n].append(run_cfg(st, r, c, f))
     ar_tok = sum(len(x.token_ids) for x in lanes["ar"])
     ar_speed = ar_tok / sum(x.clock for x in lanes["ar"])
     rows = []
