@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import shutil
 import sys
@@ -345,13 +344,6 @@ def _cpu(engine) -> str:
     return cpu_name() if engine.device.type == "cpu" else torch.cuda.get_device_name(engine.device)
 
 
-def _lr(step: int, cfg: FocusTrainConfig) -> float:
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
-
-
 def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print, progress: bool = True,
                 streams: dict | None = None) -> dict:
     """Train (or resume) FocusLLM parameters for `engine`'s model; writes them to out_dir, returns a summary."""
@@ -404,7 +396,7 @@ def train_focus(engine, cfg: FocusTrainConfig, out_dir, work_dir=None, log=print
     recent: list[dict] = []
     while state["step"] < cfg.steps:
         for g in opt.param_groups:
-            g["lr"] = _lr(state["step"], cfg)
+            g["lr"] = checkpoint.cosine_lr(state["step"], cfg.lr, cfg.warmup, cfg.steps)
         loss, st = batch_loss(engine, adapter, draw_batch(streams["train"], cfg, rng, frame),
                               candidate_loss=cfg.candidate_loss, sink=sink)
         checkpoint.optimizer_step(loss, adapter.parameters(), opt)

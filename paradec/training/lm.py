@@ -165,13 +165,6 @@ def evaluate(model, data, cfg: TrainConfig, split_kind: str) -> float:
     return sum(losses) / len(losses)
 
 
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    p = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
-
-
 def train(cfg: TrainConfig, out_dir: Path | None = None, tokenizer_from: Path | None = None,
           work: Path | None = None, log=print) -> dict:
     """Train (or resume) one model; returns the run summary that the model card is written from."""
@@ -213,7 +206,7 @@ def train(cfg: TrainConfig, out_dir: Path | None = None, tokenizer_from: Path | 
     while state["step"] < cfg.steps:
         step = state["step"]
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg)
+            g["lr"] = checkpoint.cosine_lr(step, cfg.lr, cfg.warmup, cfg.steps)
         x = sample_batch(data, cfg, gen)
         loss = model(input_ids=x, labels=x).loss
         checkpoint.optimizer_step(loss, model.parameters(), opt)

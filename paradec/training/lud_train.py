@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import shutil
 import sys
@@ -254,12 +253,6 @@ def figures_markdown(figs: list[dict], kind: str = "all") -> str:
 
 # ---------------------------------------------------------------- training
 
-def _lr(step: int, cfg: LUDTrainConfig) -> float:
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    p = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
-
 
 def answer_window(prompt: list[int], completion: list[int], window: int) -> tuple[list[int], int]:
     """(the last `window` tokens of prompt + completion, the window index of the answer's first token)."""
@@ -391,7 +384,7 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
     while state["step"] < cfg.steps:
         step = state["step"]
         for g in opt.param_groups:
-            g["lr"] = _lr(step, cfg)
+            g["lr"] = checkpoint.cosine_lr(step, cfg.lr, cfg.warmup, cfg.steps)
         losses, stats = [], []
         for _ in range(cfg.batch):
             window, lo = sample_window(streams, greedy, cfg, rng)
