@@ -109,10 +109,17 @@ _PACK_TAG = "_paradec_packed"
 
 
 def packing_available() -> bool:
-    """torch was built with oneDNN and has its prepacked-linear operators."""
+    """torch was built with oneDNN, has its prepacked-linear operators, and this CPU runs oneDNN's bf16 path
+    (AVX512 BW/VL/DQ or AVX-NE-CONVERT: an AVX2-only AMD EPYC has neither, and packing a weight there raises)."""
     ops = getattr(torch.ops, "mkldnn", None)
-    return bool(torch.backends.mkldnn.is_available() and ops is not None
-                and hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise"))
+    if not (torch.backends.mkldnn.is_available() and ops is not None and hasattr(ops, "_reorder_linear_weight")
+            and hasattr(ops, "_linear_pointwise")):
+        return False
+    check = getattr(ops, "_is_mkldnn_bf16_supported", None)
+    try:
+        return bool(check()) if check is not None else True
+    except RuntimeError:
+        return False
 
 
 ROW_CHUNK = 32          # oneDNN's few-row kernels agree with each other up to this many rows (probed per shape)

@@ -242,3 +242,20 @@ def test_fixed_rows_is_the_cuda_plan_and_can_be_turned_off(monkeypatch):
     assert not kernels.fixed_rows_wanted(torch.device("cpu"))
     monkeypatch.setenv("PARADEC_ROW_EXACT", "0")
     assert not kernels.fixed_rows_wanted(torch.device("cuda"))
+
+
+def test_a_cpu_bf16_model_decodes_whether_or_not_this_cpu_packs(model_dir):
+    """Packing needs oneDNN's bf16 path (AVX512 BW/VL/DQ or AVX-NE-CONVERT); on a CPU without it (an AVX2-only AMD
+    EPYC) a bf16 model must load unpacked and decode, not raise when the first weight is laid out."""
+    e = Engine.load(str(model_dir), device="cpu", dtype="bfloat16")
+    packed = [getattr(m, kernels._PACK_TAG, False) for m in e.model.modules() if type(m) is nn.Linear]
+    assert all(packed) if kernels.packing_available() else not any(packed)
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        assert not kernels.packing_available()
+    ids = list(range(5, 30))
+    got = e.forward(ids, e.new_cache(), logits_to_keep=len(ids))
+    ref = Engine.load(str(model_dir), device="cpu", dtype="float32").forward(ids, None, logits_to_keep=len(ids))
+    assert got.shape == ref.shape and got.dtype in (torch.float32, torch.bfloat16)
+    assert torch.isfinite(got).all()
+    agree = (got.float().argmax(-1) == ref.float().argmax(-1)).float().mean()
+    assert agree >= 0.9                                  # bf16 rounding moves few argmaxes of fp32's
