@@ -34,9 +34,9 @@ memory busy), with the separate products' numbers bit for bit.
 
 `apply(model, device, dtype)` picks what fits the pair (streamed float32, packed bfloat16, or nothing).
 
-`stream_linears(model)` switches a model's nn.Linear modules to it for inference passes of 2..`max_rows` rows
-(training, with gradients, keeps `F.linear`; one row keeps `F.linear`, which is as fast there). The result
-equals F.linear's up to float summation order. Forward hooks (PTP's gated LoRA) still run: only the module's
+`stream_linears(model)` switches a model's nn.Linear modules to it for every inference pass, each shape under the
+plan `stream_plan` probed for it, so a row's numbers do not depend on how many rows share its pass (training, with
+gradients, keeps `F.linear`). The result equals F.linear's up to float summation order. Forward hooks (PTP's gated LoRA) still run: only the module's
 `forward` is replaced.
 """
 from __future__ import annotations
@@ -55,21 +55,73 @@ _TAG = "_paradec_streamed"
 
 
 def streamed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                    max_rows: int = MAX_ROWS) -> torch.Tensor:
-    """F.linear(x, weight, bias), computed as (W @ x^T)^T when x has 2..max_rows rows and no gradient is needed."""
+                    max_rows: int = MAX_ROWS, exact: bool = False) -> torch.Tensor:
+    """F.linear(x, weight, bias), computed as (W @ x^T)^T when x has 2..max_rows rows and no gradient is needed.
+    With `exact` (a target model's linears, `stream_linears`), every inference product on a CPU, of any row count,
+    goes through the shape's probed `stream_plan`, so each row gets the numbers it gets alone."""
     rows = x.numel() // x.shape[-1] if x.numel() else 0
-    if rows < MIN_ROWS or rows > max_rows or torch.is_grad_enabled() or x.device.type != "cpu":
+    if torch.is_grad_enabled() or x.device.type != "cpu" or not rows:
         return F.linear(x, weight, bias)
-    x2 = x.reshape(rows, x.shape[-1])
-    if bias is None:
-        y = torch.mm(weight, x2.t())
-    else:
-        y = torch.addmm(bias.unsqueeze(1), weight, x2.t())
-    return y.t().contiguous().view(*x.shape[:-1], weight.shape[0])
+    if exact:
+        plan = stream_plan(weight.shape[0], weight.shape[1], bias is not None, weight.dtype)
+        y = streamed_product(x.reshape(rows, x.shape[-1]), weight, bias, plan)
+        return y.view(*x.shape[:-1], weight.shape[0])
+    if rows < MIN_ROWS or rows > max_rows:
+        return F.linear(x, weight, bias)
+    return streamed_product(x.reshape(rows, x.shape[-1]), weight, bias, (1, None)).view(*x.shape[:-1],
+                                                                                          weight.shape[0])
+
+
+def streamed_product(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                     plan: tuple[int, int | None]) -> torch.Tensor:
+    """(W @ x2^T)^T under `plan` = (quantum, most): rows padded with zero rows up to a multiple of `quantum` (and
+    cut off again), products of at most `most` rows (None: one product)."""
+    quantum, most = plan
+    n = x2.shape[0]
+    if most is not None and n > most:
+        return torch.cat([streamed_product(x2[i:i + most], weight, bias, plan) for i in range(0, n, most)])
+    if n % quantum:
+        x2 = torch.cat([x2, x2.new_zeros(quantum - n % quantum, x2.shape[1])])
+    y = torch.mm(weight, x2.t()) if bias is None else torch.addmm(bias.unsqueeze(1), weight, x2.t())
+    return y.t()[:n].contiguous()
+
+
+# the plans `stream_plan` tries, cheapest first: (rows padded up to a multiple of, most rows per product)
+STREAM_PLANS = ((1, None), (4, 8), (8, 8), (1, 1))
+_STREAM_PLANS: dict[tuple, tuple[int, int | None]] = {}
+
+
+def stream_plan(out_features: int, in_features: int, bias: bool, dtype: torch.dtype) -> tuple[int, int | None]:
+    """The first of `STREAM_PLANS` under which the streamed product of this shape gives every row the numbers that
+    row gets alone (itself through the plan), at rows 2, 3, 5, 9, 12, 17, 33, 64 and 100.
+
+    The BLAS under torch picks its micro-kernel by the number of columns of W @ x^T, the rows of the pass: on an
+    AMD EPYC with AVX2 only (2026-12-06) full tiles of 4 columns and the leftover 1-3 columns ran different
+    kernels, and products over 12 or more columns another blocking, so a row's fp32 numbers depended on how many
+    rows shared its pass (a prompt-plus-drafts pass gave the drafts other logits than `ar` computes one at a time).
+    There products padded to 4 or 8 rows, in pieces of 8, agree row for row, and a one-row pass padded to 4 costs
+    no more than F.linear's one row (4864 x 896: 1.7 ms against 1.8 ms; the LM head 38 against 53 ms). (1, 1)
+    (every row its own product) is exact by construction. Probed once per shape with random data, at most 16,384
+    output rows (the summation order of an output is set by the input width)."""
+    key = (int(out_features), int(in_features), bool(bias), dtype)
+    if key not in _STREAM_PLANS:
+        g = torch.Generator().manual_seed(4321)
+        w = (torch.randn(min(key[0], 16384), key[1], generator=g) * 0.02).to(dtype)
+        b = (torch.randn(w.shape[0], generator=g) * 0.02).to(dtype) if bias else None
+        x = torch.randn(100, key[1], generator=g).to(dtype)
+        with torch.inference_mode():
+            for plan in STREAM_PLANS:
+                alone = torch.cat([streamed_product(x[i:i + 1], w, b, plan) for i in range(x.shape[0])])
+                if all(torch.equal(streamed_product(x[:m], w, b, plan), alone[:m])
+                       for m in (2, 3, 5, 9, 12, 17, 33, 64, 100)):
+                    _STREAM_PLANS[key] = plan
+                    break
+    return _STREAM_PLANS[key]
 
 
 def stream_linears(model: nn.Module, max_rows: int = MAX_ROWS) -> int:
-    """Use `streamed_linear` in every nn.Linear of `model` (idempotent). Returns how many were switched."""
+    """Use `streamed_linear` in every nn.Linear of `model` (idempotent), row-exact (`exact`): returns how many
+    were switched."""
     n = 0
     for mod in model.modules():
         if type(mod) is nn.Linear and not getattr(mod, _TAG, False):
@@ -87,7 +139,7 @@ class _Streamed:
         self.mod, self.max_rows = mod, max_rows
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return streamed_linear(x, self.mod.weight, self.mod.bias, self.max_rows)
+        return streamed_linear(x, self.mod.weight, self.mod.bias, self.max_rows, exact=True)
 
 
 def unstream_linears(model: nn.Module) -> None:

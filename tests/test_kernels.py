@@ -259,3 +259,20 @@ def test_a_cpu_bf16_model_decodes_whether_or_not_this_cpu_packs(model_dir):
     assert torch.isfinite(got).all()
     agree = (got.float().argmax(-1) == ref.float().argmax(-1)).float().mean()
     assert agree >= 0.9                                  # bf16 rounding moves few argmaxes of fp32's
+
+
+def test_a_streamed_linear_gives_each_row_its_own_numbers_whatever_the_rows_beside_it():
+    """fp32 target linears (`stream_linears`) are row-exact at every row count, the one-row pass and passes past
+    64 rows included: a prompt-plus-drafts pass must give the drafts the logits `ar` computes one at a time (on an
+    AVX2-only AMD EPYC the plain streamed product gave 8 of 11 rows other numbers, 2026-12-06)."""
+    g = torch.Generator().manual_seed(0)
+    for out_f, in_f, bias in ((896, 896, True), (4864, 896, False), (896, 4864, False), (1000, 96, True)):
+        lin = nn.Linear(in_f, out_f, bias=bias)
+        kernels.stream_linears(lin)
+        x = torch.randn(130, in_f, generator=g)
+        with torch.inference_mode():
+            alone = torch.cat([lin(x[i:i + 1]) for i in range(x.shape[0])])
+            for n in (2, 3, 5, 11, 12, 17, 40, 64, 130):
+                assert torch.equal(lin(x[:n]), alone[:n]), (out_f, in_f, n)
+            torch.testing.assert_close(alone, x @ lin.weight.T + (lin.bias if bias else 0), rtol=1e-4, atol=1e-4)
+        assert kernels.stream_plan(out_f, in_f, bias, torch.float32) in kernels.STREAM_PLANS
