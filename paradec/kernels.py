@@ -109,6 +109,7 @@ def stream_plan(out_features: int, in_features: int, bias: bool, dtype: torch.dt
         w = (torch.randn(min(key[0], 16384), key[1], generator=g) * 0.02).to(dtype)
         b = (torch.randn(w.shape[0], generator=g) * 0.02).to(dtype) if bias else None
         x = torch.randn(100, key[1], generator=g).to(dtype)
+        _STREAM_PLANS[key] = STREAM_PLANS[-1]
         with torch.inference_mode():
             for plan in STREAM_PLANS:
                 alone = torch.cat([streamed_product(x[i:i + 1], w, b, plan) for i in range(x.shape[0])])
@@ -116,6 +117,10 @@ def stream_plan(out_features: int, in_features: int, bias: bool, dtype: torch.dt
                        for m in (2, 3, 5, 9, 12, 17, 33, 64, 100)):
                     _STREAM_PLANS[key] = plan
                     break
+            else:
+                import warnings
+                warnings.warn(f"paradec: no streamed plan makes the product of shape {key} row-exact on this CPU; "
+                              "lossless strategies may differ from ar at near-ties", RuntimeWarning, stacklevel=2)
     return _STREAM_PLANS[key]
 
 
