@@ -109,19 +109,24 @@ def stream_plan(out_features: int, in_features: int, bias: bool, dtype: torch.dt
         w = (torch.randn(min(key[0], 16384), key[1], generator=g) * 0.02).to(dtype)
         b = (torch.randn(w.shape[0], generator=g) * 0.02).to(dtype) if bias else None
         x = torch.randn(100, key[1], generator=g).to(dtype)
-        _STREAM_PLANS[key] = STREAM_PLANS[-1]
-        with torch.inference_mode():
-            for plan in STREAM_PLANS:
-                alone = torch.cat([streamed_product(x[i:i + 1], w, b, plan) for i in range(x.shape[0])])
-                if all(torch.equal(streamed_product(x[:m], w, b, plan), alone[:m])
-                       for m in (2, 3, 5, 9, 12, 17, 33, 64, 100)):
-                    _STREAM_PLANS[key] = plan
-                    break
-            else:
-                import warnings
-                warnings.warn(f"paradec: no streamed plan makes the product of shape {key} row-exact on this CPU; "
-                              "lossless strategies may differ from ar at near-ties", RuntimeWarning, stacklevel=2)
+        _STREAM_PLANS[key] = first_exact_plan(STREAM_PLANS, lambda rows, plan: streamed_product(rows, w, b, plan),
+                                              x, (2, 3, 5, 9, 12, 17, 33, 64, 100), f"the fp32 product of shape {key}",
+                                              STREAM_PLANS[-1])
     return _STREAM_PLANS[key]
+
+
+def first_exact_plan(plans, product, x: torch.Tensor, counts, what: str, fallback):
+    """The first of `plans` under which `product(x[:m], plan)` gives every row the numbers `product(row, plan)` gives
+    it alone, for every m in `counts`; `fallback`, with a warning, when none does."""
+    with torch.inference_mode():
+        for plan in plans:
+            alone = torch.cat([product(x[i:i + 1], plan) for i in range(x.shape[0])])
+            if all(torch.equal(product(x[:m], plan), alone[:m]) for m in counts):
+                return plan
+    import warnings
+    warnings.warn(f"paradec: no plan makes {what} row-exact on this CPU; lossless strategies may differ from ar at "
+                  "near-ties", RuntimeWarning, stacklevel=3)
+    return fallback
 
 
 def stream_linears(model: nn.Module, max_rows: int = MAX_ROWS) -> int:
@@ -216,18 +221,9 @@ def row_plan(out_features: int, in_features: int) -> tuple[int, int | None]:
         w = (torch.randn(min(key[0], 16384), key[1], generator=g) * 0.02).to(torch.bfloat16)
         x = torch.randn(2 * ROW_CHUNK, key[1], generator=g).to(torch.bfloat16)
         packed = torch.ops.mkldnn._reorder_linear_weight(w, 1)
-        _ROW_PLANS[key] = PLANS[0]
-        with torch.inference_mode():
-            for plan in PLANS:
-                alone = torch.cat([packed_product(x[i:i + 1], packed, None, plan) for i in range(x.shape[0])])
-                if all(torch.equal(packed_product(x[:m], packed, None, plan), alone[:m])
-                       for m in (2, 3, 5, 17, 33, 40, 64)):
-                    _ROW_PLANS[key] = plan
-                    break
-            else:
-                import warnings
-                warnings.warn(f"paradec: no row plan makes oneDNN's bf16 product of shape {key} row-exact on this CPU; "
-                              "lossless strategies may differ from ar at near-ties", RuntimeWarning, stacklevel=2)
+        _ROW_PLANS[key] = first_exact_plan(PLANS, lambda rows, plan: packed_product(rows, packed, None, plan), x,
+                                           (2, 3, 5, 17, 33, 40, 64), f"oneDNN's bf16 product of shape {key}",
+                                           PLANS[0])
     return _ROW_PLANS[key]
 
 
