@@ -685,13 +685,17 @@ Over the {len(have)} suites: `ar` ÷ `hf-generate` tokens/s between **{min(gen_r
 **{max(gen_ratios):.2f}** (goal ≥ 1.0); `ar` at **{min(fracs) if fracs else '?'}–{max(fracs) if fracs else '?'}%**
 of the read-bandwidth roofline measured in the same run (goal ≥ 80%); **{mism_total}** lossless mismatches.{margin_note}
 
-{second_machine_part()}{bf16_costs}**Pass costs in float32 on an AVX2 CPU** (AMD EPYC, where this page's earlier runs were taken). In float32 on AVX2 torch's `F.linear` (x @ Wᵀ) packs every weight before a GEMM of a
-few rows, so the weights cross memory more than once; paradec's engine now computes passes of 2–64 rows as W @ xᵀ
-(`paradec/kernels.py`), which streams each weight once. The table shows both, measured in one process
-(`python evals/forward_cost.py --compare`). Some widths are not stable run to run: a 4-token pass took 0.9
-one-token passes in a first measurement the same day (120 ms against 135 ms for one token: the commit that added `paradec/kernels.py`)
-and 2.25 here, which `sps` meets whenever its adaptive k is 3. The same kernels serve transformers' `generate`
-on the same model object, so `hf-pld` and `hf-assisted` gain from them too.
+{second_machine_part()}{bf16_costs}**Pass costs in float32 on an AVX2 CPU** (AMD EPYC with AVX2 only: `auto` loads the default in float32 there). In
+float32 on AVX2 torch's `F.linear` (x @ Wᵀ) packs every weight before a GEMM of a few rows, so the weights cross
+memory more than once; paradec's engine computes its passes as W @ xᵀ (`paradec/kernels.py`), which streams each
+weight once. Since 2026-12-06 every such product goes through a plan probed per weight shape (`kernels.stream_plan`:
+here padded to a multiple of 4 rows, in pieces of 8), because the BLAS picks its kernel by the row count and a row's
+numbers otherwise depended on how many rows shared its pass (a prompt-plus-drafts pass gave the drafts other logits
+than `ar`'s one-token passes). The table shows both, measured in one process (`python evals/forward_cost.py
+--compare`): passes of up to 4 tokens cost one token's, 8 tokens 1.6, 16 tokens 3.0; the price of exactness is in
+wide passes (64 tokens 11.5 one-token passes against F.linear's 8.2; a long prompt's prefill goes in pieces of 8
+too). The previous one-product streaming, in one process the same day (a timing script, not this command): 1 / 4 / 8
+/ 12 / 16 / 32 tokens 191 / 179 / 275 / 489 / 446 / 720 ms against the plan's 179 / 187 / 283 / 432 / 536 / 1002 ms.
 
 {section("forward_cost.md")}
 {section("ar_profile.md") if (B / "ar_profile.md").exists() else ""}
