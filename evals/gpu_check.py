@@ -235,7 +235,7 @@ def row_exact(model, on: bool) -> str | None:
         attention.scores_dtype = _SCORES
         return "fixed-rows products + float64 scores"
     kernels.unfix_rows(model)
-    attention.scores_dtype = lambda device: torch.float32
+    attention.scores_dtype = lambda device, dtype=None: torch.float32
     return None
 
 

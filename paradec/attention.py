@@ -37,6 +37,11 @@ and multiplies in bf16: a prefill of 256 / 1,000 / 2,000 tokens of Qwen2.5-0.5B 
 (Intel Xeon with AMX, 2 cores). Such a prefill is the same for every strategy when its shape is; a strategy
 whose first pass appends drafts to a long prompt may then round the prompt's cache differently from `ar`.
 
+In a float32 model on a CPU the scores are float64 as well (`scores_dtype`): on an AMD EPYC with AVX2 only
+(2026-12-06) the float32 product q k^T summed a row in another order in a one-token pass (the group's g rows) than
+in a pass of 2 or more tokens, for head sizes 32, 64 and 128 alike, and the random test model's drafted rows got
+logits 7e-6 off `ar`'s; float64 scores make them equal.
+
 On CUDA the scores are float64 too (`scores_dtype`): cuBLAS picks its kernel, and so its summation order, by the
 shape, and float32 scores of one row then differed with the row count; with float64 and paradec/kernels.py's
 `fixed_rows` (every linear and RMSNorm over 64-row pieces) a random 8B-shaped model on an H200 gave 0 of 32 rows
@@ -66,10 +71,11 @@ def exact_attention(module, query, key, value, attention_mask, dropout: float = 
                                       **kwargs)
     g = H // KVH
     scale = scaling if scaling is not None else D ** -0.5
-    # scores in float32 on a CPU (MKL's products of these shapes sum a row in one order whatever the row count);
-    # on CUDA cuBLAS's kernel, and so its order, changes with the shape: float64 there, whose rounding does not
-    # survive the cast back (products of bf16 values are exact in it)
-    acc = scores_dtype(query.device)
+    # scores in float32 on a CPU for a bf16 model (a row's summation order may change with the row count, but not
+    # by enough to survive the cast back to bf16); for a float32 model, and on CUDA (cuBLAS picks its kernel, and so
+    # its order, by the shape), float64, whose rounding does not survive the cast back (products of bf16 or float32
+    # values are exact in it)
+    acc = scores_dtype(query.device, query.dtype)
     q = query.reshape(B, KVH, g * T, D).to(acc)
     s = torch.matmul(q, key.to(acc).transpose(2, 3)).mul_(scale).view(B, KVH, g, T, L)
     if attention_mask is not None:
@@ -85,9 +91,10 @@ def exact_attention(module, query, key, value, attention_mask, dropout: float = 
     return o.to(query.dtype).transpose(1, 2).contiguous(), None
 
 
-def scores_dtype(device: torch.device) -> torch.dtype:
-    """What `exact_attention` computes q k^T in on `device`: float32 on a CPU, float64 on CUDA (and elsewhere)."""
-    return torch.float32 if device.type == "cpu" else torch.float64
+def scores_dtype(device: torch.device, dtype: torch.dtype | None = None) -> torch.dtype:
+    """What `exact_attention` computes q k^T in for queries of `dtype` on `device`: float32 on a CPU for a bf16 or
+    fp16 model, float64 for a float32 model on a CPU and on CUDA (and elsewhere)."""
+    return torch.float32 if device.type == "cpu" and dtype not in (torch.float32, torch.float64) else torch.float64
 
 
 def goes_to_sdpa(rows: int, keys: int) -> bool:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from . import fastpath
+from . import fastpath, kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "data" / "models"
@@ -159,7 +159,6 @@ def load_model(spec=None, device: str | None = None, dtype: str | None = None, t
     if tok is None or not hasattr(tok, "encode"):
         raise ModelError(f"{path} has no usable tokenizer")
     model.to(device_t).eval()
-    from . import kernels
     kernels.apply(model, device_t, dtype_t)     # few-row CPU passes: streamed fp32, packed bf16 (paradec/kernels.py)
     return model, tok
 
@@ -184,7 +183,7 @@ class Engine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_ids), 0)
         self.vocab_size = int(model.config.vocab_size)
         self.extras: dict = {}   # attached helpers (draft model, adapters), keyed by strategy
-        from . import attention, kernels
+        from . import attention
         self.attention = attention.NAME if attention.use(model) else model.config._attn_implementation
         if kernels.fixed_rows_wanted(self.device):
             kernels.fixed_rows(model)           # CUDA: every product over one row count (paradec/kernels.py)
@@ -221,9 +220,19 @@ class Engine:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     # ------------------------------------------------------------------ model
-    def new_cache(self):
+    def new_cache(self, prompt: int = 0):
+        """An empty KV cache. `prompt`: the length of the prompt the run will feed it first (from position 0), so
+        `forward` may compute that prompt's rows but its last as one product (`kernels.prompt_rows`)."""
         from transformers import DynamicCache
-        return DynamicCache(config=self.model.config)
+        cache = DynamicCache(config=self.model.config)
+        cache.paradec_prompt = int(prompt)
+        return cache
+
+    @staticmethod
+    def prompt_rows(cache, T: int) -> int:
+        """How many leading rows of a pass of T new tokens into `cache` are rows of the cache's prompt but its last
+        (`new_cache(prompt=...)`; 0 for a cache made without one)."""
+        return kernels.prompt_fast(getattr(cache, "paradec_prompt", 0), Engine.cache_len(cache), T)
 
     @staticmethod
     def cache_len(cache) -> int:
@@ -307,11 +316,15 @@ class Engine:
             positions = torch.as_tensor(positions, device=self.device)
             if positions.dim() == 1:
                 positions = positions.unsqueeze(0)
-        if self.lean:
-            logits = fastpath.forward(self.model, ids, embeds, cache, positions, mask, logits_to_keep)
-        else:
-            logits = self.model(input_ids=ids, inputs_embeds=embeds, past_key_values=cache, position_ids=positions,
-                                attention_mask=mask, use_cache=cache is not None, logits_to_keep=logits_to_keep).logits
+        x = ids if embeds is None else embeds
+        B, T = x.shape[0], x.shape[1]
+        with kernels.prompt_rows(T, self.prompt_rows(cache, T) if B == 1 else 0):
+            if self.lean:
+                logits = fastpath.forward(self.model, ids, embeds, cache, positions, mask, logits_to_keep)
+            else:
+                logits = self.model(input_ids=ids, inputs_embeds=embeds, past_key_values=cache,
+                                    position_ids=positions, attention_mask=mask, use_cache=cache is not None,
+                                    logits_to_keep=logits_to_keep).logits
         return logits.float() if upcast else logits
 
     def tree_mask(self, past_len: int, allowed: torch.Tensor, batch: int = 1) -> torch.Tensor:

@@ -64,7 +64,14 @@ def streamed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
         return F.linear(x, weight, bias)
     if exact:
         plan = stream_plan(weight.shape[0], weight.shape[1], bias is not None, weight.dtype)
-        y = streamed_product(x.reshape(rows, x.shape[-1]), weight, bias, plan)
+        x2 = x.reshape(rows, x.shape[-1])
+        fast = _prompt_split(rows)
+        if fast:
+            y = F.linear(x2[:fast], weight, bias)
+            if fast < rows:
+                y = torch.cat([y, streamed_product(x2[fast:], weight, bias, plan)])
+        else:
+            y = streamed_product(x2, weight, bias, plan)
         return y.view(*x.shape[:-1], weight.shape[0])
     if rows < MIN_ROWS or rows > max_rows:
         return F.linear(x, weight, bias)
@@ -84,6 +91,82 @@ def streamed_product(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
         x2 = torch.cat([x2, x2.new_zeros(quantum - n % quantum, x2.shape[1])])
     y = torch.mm(weight, x2.t()) if bias is None else torch.addmm(bias.unsqueeze(1), weight, x2.t())
     return y.t()[:n].contiguous()
+
+
+# Prompt rows. `ar` computes a prompt's rows in one pass of its own, so a strategy's numbers for those rows need
+# only agree with that pass, not with each row alone: every prompt row but the last (whose logits give the first
+# token, and which a strategy may feed in a pass of its own) can go through one F.linear over exactly those rows,
+# whatever follows them in the pass. That is the same product, of the same shape, in every strategy's first pass, so
+# the same numbers; F.linear over many rows runs at the BLAS's GEMM rate where the row-exact plan's pieces of 8 do
+# not (AVX2 EPYC, fp32, default model: a 200-token prefill 3.0 s against 4.7 s). Below PROMPT_ROWS rows the plan
+# is the cheaper and the prompt rows stay in it.
+PROMPT_ROWS = 48
+_PROMPT = threading.local()
+
+
+class prompt_rows:
+    """Within this context (one forward pass, this thread only), products over exactly `rows` rows compute their
+    first `fast` rows (the prompt's rows but its last; `Engine.forward` says which) as one F.linear over those rows.
+    Nothing changes when `fast` < PROMPT_ROWS."""
+
+    def __init__(self, rows: int, fast: int):
+        self.split = (int(rows), int(fast)) if fast >= PROMPT_ROWS else None
+
+    def __enter__(self):
+        self.prev = getattr(_PROMPT, "split", None)
+        _PROMPT.split = self.split
+        return self
+
+    def __exit__(self, *exc):
+        _PROMPT.split = self.prev
+        return False
+
+
+def prompt_fast(prompt: int, past: int, T: int) -> int:
+    """How many leading rows of a pass of T new tokens after `past` cached ones are rows of a `prompt`-token prompt
+    but its last (0 for prompt 0: unknown)."""
+    return max(0, min(T, prompt - 1 - past)) if prompt > 1 else 0
+
+
+class prompt_passes:
+    """For a caller whose passes of `model` are not `Engine.forward`'s (transformers' generate): within this
+    context, every pass of `model` in this thread splits its products as `prompt_rows` says for a `prompt`-token
+    prompt fed from position 0 (a forward pre-hook reads each pass's rows and cache length)."""
+
+    def __init__(self, model: nn.Module, prompt: int):
+        self.model, self.prompt, self.me = model, int(prompt), threading.get_ident()
+
+    def _pre(self, _mod, _args, kwargs):
+        if threading.get_ident() != self.me:
+            return
+        x = kwargs.get("input_ids")
+        x = kwargs.get("inputs_embeds") if x is None else x
+        past = kwargs.get("past_key_values")
+        past = int(past.get_seq_length()) if past is not None else 0
+        one = x is not None and x.shape[0] == 1
+        _PROMPT.split = prompt_rows(x.shape[1], prompt_fast(self.prompt, past, x.shape[1]) if one else 0).split
+
+    def _post(self, _mod, _args, _kwargs, _out):
+        if threading.get_ident() == self.me:
+            _PROMPT.split = None
+
+    def __enter__(self):
+        self.prev = getattr(_PROMPT, "split", None)
+        self.hooks = [self.model.register_forward_pre_hook(self._pre, with_kwargs=True),
+                      self.model.register_forward_hook(self._post, with_kwargs=True)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.hooks:
+            h.remove()
+        _PROMPT.split = self.prev
+        return False
+
+
+def _prompt_split(rows: int) -> int:
+    """How many leading rows of this product are prompt rows for `prompt_rows` (0: none)."""
+    split = getattr(_PROMPT, "split", None)
+    return split[1] if split is not None and split[0] == rows else 0
 
 
 # the plans `stream_plan` tries, cheapest first: (rows padded up to a multiple of, most rows per product)

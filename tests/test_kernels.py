@@ -208,7 +208,7 @@ def test_fixed_rows_gives_every_row_its_own_numbers_at_any_row_count_and_keeps_t
     how many rows share its pass; the pieces and padding change nothing else."""
     from paradec import attention
     from paradec.testing import random_engine
-    monkeypatch.setattr(attention, "scores_dtype", lambda device: torch.float64)
+    monkeypatch.setattr(attention, "scores_dtype", lambda device, dtype=None: torch.float64)
     e = random_engine(7, hidden=96)
     model = e.model
     kernels.unfix_rows(model)                 # (an engine on CUDA has the plan already: start without it)
@@ -276,3 +276,42 @@ def test_a_streamed_linear_gives_each_row_its_own_numbers_whatever_the_rows_besi
                 assert torch.equal(lin(x[:n]), alone[:n]), (out_f, in_f, n)
             torch.testing.assert_close(alone, x @ lin.weight.T + (lin.bias if bias else 0), rtol=1e-4, atol=1e-4)
         assert kernels.stream_plan(out_f, in_f, bias, torch.float32) in kernels.STREAM_PLANS
+
+
+def test_a_prompts_rows_get_the_same_numbers_in_every_first_pass_and_skip_the_row_plan(model_dir):
+    """`kernels.prompt_rows`: a first pass computes the prompt's rows but its last as one F.linear over exactly those
+    rows, whatever follows them (drafts) and whoever runs the pass (`Engine.forward`, or transformers' own forward
+    under `prompt_passes`, as hf-generate does); the last prompt row and the drafts stay row-exact."""
+    from transformers import DynamicCache
+    e = Engine.load(str(model_dir), device="cpu", dtype="float32")
+    P = kernels.PROMPT_ROWS + 12
+    ids, drafts = [(7 * i) % 200 + 3 for i in range(P)], [11, 12, 13]
+
+    def kv(cache):
+        return [(k.clone(), v.clone()) for k, v in Engine.cache_kv(cache)]
+
+    ar_cache = e.new_cache(prompt=P)
+    ar_logits = e.forward(ids, ar_cache, logits_to_keep=1)[0, -1]
+    wide_cache = e.new_cache(prompt=P)
+    wide = e.forward(ids + drafts, wide_cache, logits_to_keep=len(drafts) + 1)[0]
+    assert torch.equal(wide[0], ar_logits)                           # the first token's logits: the same
+    for (k1, v1), (k2, v2) in zip(kv(ar_cache), kv(wide_cache)):
+        assert torch.equal(k1, k2[:, :, :P]) and torch.equal(v1, v2[:, :, :P])
+    # the drafts' rows are the rows `ar` computes one at a time
+    for j, t in enumerate(drafts):
+        lone = e.forward([t], ar_cache, logits_to_keep=1)[0, -1]
+        assert torch.equal(lone, wide[j + 1]), j
+    hf_cache = DynamicCache(config=e.model.config)
+    with torch.inference_mode(), kernels.prompt_passes(e.model, P):
+        hf = e.model(input_ids=torch.tensor([ids + drafts]), past_key_values=hf_cache, use_cache=True).logits[0]
+    assert torch.equal(hf[P - 1:], wide)
+    # the prompt's rows but its last are F.linear's over those rows (not the row plan's): the unstreamed model's
+    kernels.unstream_linears(e.model)
+    plain = e.new_cache()
+    e.forward(ids[:-1], plain, logits_to_keep=1)
+    kernels.stream_linears(e.model)
+    for (k1, v1), (k2, v2) in zip(kv(ar_cache), kv(plain)):
+        assert torch.equal(k1[:, :, :P - 1], k2) and torch.equal(v1[:, :, :P - 1], v2)
+    # a cache made without a prompt length, and short prompts, keep the row plan
+    assert Engine.prompt_rows(e.new_cache(), P) == 0 and Engine.prompt_rows(wide_cache, 1) == 0
+    assert kernels.prompt_rows(P, kernels.PROMPT_ROWS - 1).split is None

@@ -240,7 +240,8 @@ class Strategy:
         else:
             ids = request.validate()
         params = self.resolve_params(request, engine)
-        return Run(engine, request, params, ids, u_stream(request), Output(engine, request), engine.new_cache())
+        return Run(engine, request, params, ids, u_stream(request), Output(engine, request),
+                   engine.new_cache(prompt=len(ids)) if ids else engine.new_cache())
 
     def stream(self, engine, request: Request) -> Iterator[Step]:
         """The Steps of one run (a generator: the set-up happens on the first `next()`, inside the timed region

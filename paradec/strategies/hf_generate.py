@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import kernels
 from .base import Param, Run, Strategy, register
 
 
@@ -32,7 +33,8 @@ class HFGenerate(Strategy):
         if p["prompt_lookup_num_tokens"]:
             kw["prompt_lookup_num_tokens"] = p["prompt_lookup_num_tokens"]
         x = torch.tensor([ids], device=engine.device)
-        with torch.inference_mode():
+        # the prompt's rows get the numbers every paradec strategy's first pass gives them (kernels.prompt_rows)
+        with torch.inference_mode(), kernels.prompt_passes(engine.model, len(ids)):
             gen = engine.model.generate(input_ids=x, attention_mask=torch.ones_like(x), **kw)
         new = gen[0, len(ids):].tolist()
         # plain generate: one pass per token; assisted / prompt lookup: transformers does not report its passes
