@@ -92,9 +92,11 @@ def exact_attention(module, query, key, value, attention_mask, dropout: float = 
 
 
 def scores_dtype(device: torch.device, dtype: torch.dtype | None = None) -> torch.dtype:
-    """What `exact_attention` computes q k^T in for queries of `dtype` on `device`: float32 on a CPU for a bf16 or
-    fp16 model, float64 for a float32 model on a CPU and on CUDA (and elsewhere)."""
-    return torch.float32 if device.type == "cpu" and dtype not in (torch.float32, torch.float64) else torch.float64
+    """What `exact_attention` computes q k^T in for queries of `dtype` on `device`: on CUDA (and elsewhere)
+    float64; on a CPU float64 for a float32 model's inference passes, else (bf16 or fp16, or training) float32."""
+    if device.type != "cpu":
+        return torch.float64
+    return torch.float64 if dtype == torch.float32 and not torch.is_grad_enabled() else torch.float32
 
 
 def goes_to_sdpa(rows: int, keys: int) -> bool:
