@@ -2,7 +2,9 @@
 
 Strategies never call the model directly; they use:
   * `forward(ids, cache, positions, mask, logits_to_keep)` - one forward pass with a KV cache;
-  * `new_cache()`, `cache_len(cache)`, `crop(cache, length)` - cache creation and rollback;
+  * `new_cache(prompt)`, `cache_len(cache)`, `crop(cache, length)` - cache creation (a run's cache knows its
+    prompt's length, so a first pass may compute the prompt's rows as one product: `kernels.prompt_rows`) and
+    rollback;
   * `cache_kv(cache)`, `cache_from_kv(kv)`, `copy_cache`, `repeat_cache`, `concat_rows` - every other cache
     edit (reading each layer's keys and values, building, copying, batch expansion, laying rows end to end), so
     the cache's layout in transformers is known here only;

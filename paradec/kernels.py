@@ -36,7 +36,9 @@ memory busy), with the separate products' numbers bit for bit.
 
 `stream_linears(model)` switches a model's nn.Linear modules to it for every inference pass, each shape under the
 plan `stream_plan` probed for it, so a row's numbers do not depend on how many rows share its pass (training, with
-gradients, keeps `F.linear`). The result equals F.linear's up to float summation order. Forward hooks (PTP's
+gradients, keeps `F.linear`). The result equals F.linear's up to float summation order. A first pass's prompt rows
+(all but the last) are the exception: `ar` computes them in one pass too, so they go through one F.linear over
+exactly those rows in every strategy (`prompt_rows`), at the BLAS's GEMM rate. Forward hooks (PTP's
 gated LoRA) still run: only the module's `forward` is replaced.
 """
 from __future__ import annotations
