@@ -540,6 +540,13 @@ prompts, docs/bench/eagle-tree-tune.md):
 
 {section("eagle-tree-suites.md")}
 """
+    if (B / "eagle-suites-epyc-avx2.md").exists():
+        text += f"""
+The same run on an AMD EPYC with AVX2 only, where the model runs in float32 (wide passes cost more there; the tree's
+cost cut keeps fewer nodes):
+
+{section("eagle-suites-epyc-avx2.md")}
+"""
     if chain.exists():
         text += f"""
 Drafting a chain (`tree=false`, k by sps's cost rule), the first run, on another machine:

@@ -109,10 +109,12 @@ _PROMPT = threading.local()
 class prompt_rows:
     """Within this context (one forward pass, this thread only), products over exactly `rows` rows compute their
     first `fast` rows (the prompt's rows but its last; `Engine.forward` says which) as one F.linear over those rows.
-    Nothing changes when `fast` < PROMPT_ROWS."""
+    Nothing changes when `fast` < PROMPT_ROWS, or with PARADEC_PROMPT_ROWS=0 in the environment (every row through
+    the row plan, as before 2026-12-06: for comparisons)."""
 
     def __init__(self, rows: int, fast: int):
-        self.split = (int(rows), int(fast)) if fast >= PROMPT_ROWS else None
+        on = fast >= PROMPT_ROWS and os.environ.get("PARADEC_PROMPT_ROWS", "1") != "0"
+        self.split = (int(rows), int(fast)) if on else None
 
     def __enter__(self):
         self.prev = getattr(_PROMPT, "split", None)

@@ -278,7 +278,7 @@ def test_a_streamed_linear_gives_each_row_its_own_numbers_whatever_the_rows_besi
         assert kernels.stream_plan(out_f, in_f, bias, torch.float32) in kernels.STREAM_PLANS
 
 
-def test_a_prompts_rows_get_the_same_numbers_in_every_first_pass_and_skip_the_row_plan(model_dir):
+def test_a_prompts_rows_get_the_same_numbers_in_every_first_pass_and_skip_the_row_plan(model_dir, monkeypatch):
     """`kernels.prompt_rows`: a first pass computes the prompt's rows but its last as one F.linear over exactly those
     rows, whatever follows them (drafts) and whoever runs the pass (`Engine.forward`, or transformers' own forward
     under `prompt_passes`, as hf-generate does); the last prompt row and the drafts stay row-exact."""
@@ -315,3 +315,5 @@ def test_a_prompts_rows_get_the_same_numbers_in_every_first_pass_and_skip_the_ro
     # a cache made without a prompt length, and short prompts, keep the row plan
     assert Engine.prompt_rows(e.new_cache(), P) == 0 and Engine.prompt_rows(wide_cache, 1) == 0
     assert kernels.prompt_rows(P, kernels.PROMPT_ROWS - 1).split is None
+    monkeypatch.setenv("PARADEC_PROMPT_ROWS", "0")
+    assert kernels.prompt_rows(P, P - 1).split is None
