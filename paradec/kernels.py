@@ -145,9 +145,11 @@ class prompt_passes:
             return
         x = kwargs.get("input_ids")
         x = kwargs.get("inputs_embeds") if x is None else x
+        if x is None:
+            return
         past = kwargs.get("past_key_values")
         past = int(past.get_seq_length()) if past is not None else 0
-        one = x is not None and x.shape[0] == 1
+        one = x.shape[0] == 1
         _PROMPT.split = prompt_rows(x.shape[1], prompt_fast(self.prompt, past, x.shape[1]) if one else 0).split
 
     def _post(self, _mod, _args, _kwargs, _out):
