@@ -702,8 +702,9 @@ here padded to a multiple of 4 rows, in pieces of 8), because the BLAS picks its
 numbers otherwise depended on how many rows shared its pass (a prompt-plus-drafts pass gave the drafts other logits
 than `ar`'s one-token passes). The table shows both, measured in one process (`python evals/forward_cost.py
 --compare`): passes of up to 4 tokens cost one token's, 8 tokens 1.6, 16 tokens 3.0; the price of exactness is in
-wide passes (64 tokens 11.5 one-token passes against F.linear's 8.2; a long prompt's prefill goes in pieces of 8
-too). The previous one-product streaming, in one process the same day (a timing script, not this command): 1 / 4 / 8
+wide passes (64 tokens 11.5 one-token passes against F.linear's 8.2). A prompt's rows but its last go through one
+F.linear in a first pass (`kernels.prompt_rows`, from 49 rows; docs/bench/prompt-rows-ab.md), so prefill does not
+pay it. The previous one-product streaming, in one process the same day (a timing script, not this command): 1 / 4 / 8
 / 12 / 16 / 32 tokens 191 / 179 / 275 / 489 / 446 / 720 ms against the plan's 179 / 187 / 283 / 432 / 536 / 1002 ms.
 
 {section("forward_cost.md")}
