@@ -472,16 +472,78 @@ def unpack_linears(model: nn.Module) -> None:
 
 
 def apply(model: nn.Module, device: torch.device, dtype: torch.dtype) -> str | None:
-    """The few-row kernels that fit (device, dtype): 'streamed' for float32 on a CPU, 'packed' for bfloat16 on a
-    CPU whose torch has oneDNN's prepacked linear; None elsewhere (CUDA, MPS, float16). On CUDA the `Engine`
-    makes its model row-exact instead (`fixed_rows`), whichever way the model was loaded."""
+    """The few-row kernels that fit (device, dtype): 'native' (paradec/native.py) for float32 on a CPU with AVX2
+    and a C++ compiler, else 'streamed'; 'packed' for bfloat16 on a CPU whose torch has oneDNN's prepacked linear
+    (AMX or AVX512: faster there), else 'native' where it runs; None elsewhere (CUDA, MPS, float16). On CUDA the
+    `Engine` makes its model row-exact instead (`fixed_rows`), whichever way the model was loaded."""
+    from . import native
     if wanted(device, dtype):
+        if native.available():
+            native_linears(model)
+            return "native"
         stream_linears(model)
         return "streamed"
-    if device.type == "cpu" and dtype == torch.bfloat16 and packing_available() and packed_copy_fits(model):
-        pack_linears(model)
-        return "packed"
+    if device.type == "cpu" and dtype == torch.bfloat16:
+        if packing_available() and packed_copy_fits(model):
+            pack_linears(model)
+            return "packed"
+        if native.available():
+            native_linears(model)
+            return "native"
     return None
+
+
+# ---------------------------------------------------------------- paradec's own kernel (AVX2 + FMA CPUs)
+
+_NATIVE_TAG = "_paradec_native"
+
+
+class _Native:
+    """A linear's forward through paradec's native kernel (paradec/native.py) for inference on a CPU: row-exact by
+    construction, the weight packed once (in bfloat16 where that is exact) and again when the weight tensor or its
+    version changes. Gradients, another device or a dtype other than float32/bfloat16 go through F.linear."""
+
+    def __init__(self, mod: nn.Linear):
+        self.mod, self.tag, self.packed = mod, None, None
+
+    def __deepcopy__(self, memo):                # a copied module packs its own weights
+        return _Native(copy.deepcopy(self.mod, memo))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        from . import native
+        w, b = self.mod.weight, self.mod.bias
+        if (torch.is_grad_enabled() or x.device.type != "cpu" or w.device.type != "cpu"
+                or x.dtype not in (torch.float32, torch.bfloat16)):
+            return F.linear(x, w, b)
+        tag = (w.data_ptr(), w._version)
+        if tag != self.tag:
+            self.packed = None                   # free the old copy before making the new one
+            self.packed = native.pack(w)
+            self.tag = tag
+        return native.linear(x, self.packed, w.shape[0], b)
+
+
+def native_linears(model: nn.Module) -> int:
+    """Use paradec's native kernel in every nn.Linear of `model` (idempotent); returns how many were switched.
+    Raises RuntimeError where the kernel cannot run (`native.why()`)."""
+    from . import native
+    if not native.available():
+        raise RuntimeError(f"paradec's native linear is not available: {native.why()}")
+    n = 0
+    for mod in model.modules():
+        if type(mod) is nn.Linear and not getattr(mod, _NATIVE_TAG, False):
+            mod.forward = _Native(mod)
+            setattr(mod, _NATIVE_TAG, True)
+            n += 1
+    return n
+
+
+def unnative_linears(model: nn.Module) -> None:
+    """Undo `native_linears` (back to nn.Linear.forward; the packed copies are freed)."""
+    for mod in model.modules():
+        if getattr(mod, _NATIVE_TAG, False):
+            del mod.forward
+            setattr(mod, _NATIVE_TAG, False)
 
 
 # ---------------------------------------------------------------- CUDA: every product over one row count

@@ -30,11 +30,14 @@ def test_gradients_still_flow_through_the_standard_path():
 
 
 def test_a_loaded_cpu_float32_model_is_switched_and_decodes_the_same(model_dir):
+    from paradec import native
     e = Engine.load(str(model_dir), device="cpu", dtype="float32")
     n_lin = sum(type(m) is nn.Linear for m in e.model.modules())
-    assert n_lin > 0 and all(getattr(m, kernels._TAG, False) for m in e.model.modules() if type(m) is nn.Linear)
+    tag = kernels._NATIVE_TAG if native.available() else kernels._TAG    # paradec's kernel where it runs
+    assert n_lin > 0 and all(getattr(m, tag, False) for m in e.model.modules() if type(m) is nn.Linear)
     ids = list(range(5, 30))
     streamed = e.forward(ids, e.new_cache(), logits_to_keep=len(ids))
+    kernels.unnative_linears(e.model)
     kernels.unstream_linears(e.model)
     plain = e.forward(ids, e.new_cache(), logits_to_keep=len(ids))
     torch.testing.assert_close(streamed, plain, rtol=1e-4, atol=1e-4)
@@ -284,6 +287,8 @@ def test_a_prompts_rows_get_the_same_numbers_in_every_first_pass_and_skip_the_ro
     under `prompt_passes`, as hf-generate does); the last prompt row and the drafts stay row-exact."""
     from transformers import DynamicCache
     e = Engine.load(str(model_dir), device="cpu", dtype="float32")
+    kernels.unnative_linears(e.model)              # the streamed linears' split (paradec's kernel needs none)
+    kernels.stream_linears(e.model)
     P = kernels.PROMPT_ROWS + 12
     ids, drafts = [(7 * i) % 200 + 3 for i in range(P)], [11, 12, 13]
 
