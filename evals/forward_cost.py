@@ -87,15 +87,24 @@ def curve(e, cache, context: int, tokens: list[int], repeats: int, g) -> dict[in
 
 
 def compare(args, e, cache, g) -> int:
-    """float32: paradec's streamed W @ xᵀ against torch's F.linear, in one process."""
-    from paradec import kernels
+    """float32: torch's F.linear, paradec's streamed W @ xᵀ (row plans) and, where it runs, paradec's native kernel
+    (paradec/native.py), in one process."""
+    from paradec import kernels, native
     tokens = [int(x) for x in args.tokens.split(",")]
-    kernels.stream_linears(e.model)
-    fast = curve(e, cache, args.context, tokens, args.repeats, g)
+    kernels.unnative_linears(e.model)
     kernels.unstream_linears(e.model)
-    plain = curve(e, cache, args.context, tokens, args.repeats, g)
+    rows = [("F.linear", curve(e, cache, args.context, tokens, args.repeats, g))]
     kernels.stream_linears(e.model)
-    print_table("--compare", e, args, [("F.linear", plain), ("paradec (W @ xᵀ)", fast)])
+    rows.append(("paradec streamed (W @ xᵀ)", curve(e, cache, args.context, tokens, args.repeats, g)))
+    kernels.unstream_linears(e.model)
+    if native.available():
+        kernels.native_linears(e.model)
+        rows.append(("paradec native", curve(e, cache, args.context, tokens, args.repeats, g)))
+    else:
+        print(f"native kernel not available: {native.why()}")
+    kernels.unnative_linears(e.model)
+    kernels.apply(e.model, e.device, e.dtype)
+    print_table("--compare", e, args, rows)
     return 0
 
 

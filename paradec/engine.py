@@ -161,7 +161,7 @@ def load_model(spec=None, device: str | None = None, dtype: str | None = None, t
     if tok is None or not hasattr(tok, "encode"):
         raise ModelError(f"{path} has no usable tokenizer")
     model.to(device_t).eval()
-    kernels.apply(model, device_t, dtype_t)     # few-row CPU passes: streamed fp32, packed bf16 (paradec/kernels.py)
+    kernels.apply(model, device_t, dtype_t)     # few-row CPU passes: native/streamed fp32, packed bf16 (kernels.py)
     return model, tok
 
 

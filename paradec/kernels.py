@@ -32,7 +32,9 @@ Sibling linears that read one input (q/k/v, gate/up) are stacked into one packed
 one-token pass of Qwen2.5-0.5B the linears take about 44 ms instead of 48 ms (fewer, larger products keep the
 memory busy), with the separate products' numbers bit for bit.
 
-`apply(model, device, dtype)` picks what fits the pair (streamed float32, packed bfloat16, or nothing).
+`apply(model, device, dtype)` picks what fits the pair: paradec's native kernel for float32 on a CPU with AVX2/FMA
+and g++ (paradec/native.py: row-exact by construction, weights read as bfloat16 where that is exact; the streamed
+float32 linears below are its fallback), packed bfloat16 (oneDNN) where torch has it, or nothing.
 
 `stream_linears(model)` switches a model's nn.Linear modules to it for every inference pass, each shape under the
 plan `stream_plan` probed for it, so a row's numbers do not depend on how many rows share its pass (training, with
