@@ -707,6 +707,14 @@ F.linear in a first pass (`kernels.prompt_rows`, from 49 rows; docs/bench/prompt
 pay it. The previous one-product streaming, in one process the same day (a timing script, not this command): 1 / 4 / 8
 / 12 / 16 / 32 tokens 191 / 179 / 275 / 489 / 446 / 720 ms against the plan's 179 / 187 / 283 / 432 / 536 / 1002 ms.
 
+**Since 2026-12-06 (session 27) a float32 model on an AVX2/FMA CPU runs paradec's own linear** (`paradec/native.py`,
+`paradec/csrc/rowlinear.cpp`, built with g++ on first use): weights packed in 16-output blocks, read as bfloat16
+where that is exact (the default's float32 load is: its checkpoint is bf16), every output summed in one fixed order,
+so rows are exact by construction at any row count. The table's third curve: a one-token pass of the default model
+costs about half the streamed plans' (96 against 188 ms on that Zen 1 EPYC at 2.0 GHz), and every width up to 64 is
+cheaper in milliseconds; past about 4 rows that CPU's FMA throughput, not memory, sets the cost, so a wide pass is
+more one-token passes than under the plans (12 tokens 2.80 against 2.32) while costing 270 against 435 ms.
+{section("native-tune-epyc-zen1.md") if (B / "native-tune-epyc-zen1.md").exists() else ""}
 {section("forward_cost.md")}
 {section("ar_profile.md") if (B / "ar_profile.md").exists() else ""}
 **Timing after the issue-15 refactor** (one row builder, one adapter base, typed protocol, batched verification).

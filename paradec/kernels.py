@@ -503,13 +503,29 @@ _NATIVE_TAG = "_paradec_native"
 class _Native:
     """A linear's forward through paradec's native kernel (paradec/native.py) for inference on a CPU: row-exact by
     construction, the weight packed once (in bfloat16 where that is exact) and again when the weight tensor or its
-    version changes. Gradients, another device or a dtype other than float32/bfloat16 go through F.linear."""
+    version changes. Gradients, another device or a dtype other than float32/bfloat16 go through F.linear. Safe
+    under concurrent passes (the race runs strategies in threads): the (tag, packed) pair is replaced in one
+    assignment, and packing holds a lock."""
 
     def __init__(self, mod: nn.Linear):
-        self.mod, self.tag, self.packed = mod, None, None
+        self.mod, self.state, self.lock = mod, (None, None), threading.Lock()
 
     def __deepcopy__(self, memo):                # a copied module packs its own weights
         return _Native(copy.deepcopy(self.mod, memo))
+
+    def packed(self) -> torch.Tensor:
+        from . import native
+        w = self.mod.weight
+        tag = (w.data_ptr(), w._version)
+        have, packed = self.state
+        if have != tag:
+            with self.lock:
+                have, packed = self.state
+                if have != tag:
+                    self.state = (None, None)        # free the old copy before making the new one
+                    packed = native.pack(w)
+                    self.state = (tag, packed)
+        return packed
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         from . import native
@@ -517,12 +533,7 @@ class _Native:
         if (torch.is_grad_enabled() or x.device.type != "cpu" or w.device.type != "cpu"
                 or x.dtype not in (torch.float32, torch.bfloat16)):
             return F.linear(x, w, b)
-        tag = (w.data_ptr(), w._version)
-        if tag != self.tag:
-            self.packed = None                   # free the old copy before making the new one
-            self.packed = native.pack(w)
-            self.tag = tag
-        return native.linear(x, self.packed, w.shape[0], b)
+        return native.linear(x, self.packed(), w.shape[0], b)
 
 
 def native_linears(model: nn.Module) -> int:
@@ -535,6 +546,8 @@ def native_linears(model: nn.Module) -> int:
     for mod in model.modules():
         if type(mod) is nn.Linear and not getattr(mod, _NATIVE_TAG, False):
             mod.forward = _Native(mod)
+            if mod.weight.device.type == "cpu":
+                mod.forward.packed()             # at load, not in the first request's pass
             setattr(mod, _NATIVE_TAG, True)
             n += 1
     return n

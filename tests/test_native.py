@@ -105,3 +105,34 @@ def test_a_packed_weight_that_does_not_fit_the_input_is_refused():
         native.linear(torch.randn(2, 11), p, 32)
     with pytest.raises(ValueError, match="does not fit"):
         native.linear(torch.randn(2, 10), p, 48)
+
+
+@needs_native
+def test_concurrent_passes_through_one_linear_while_its_weight_changes_get_a_whole_packed_copy():
+    """The race runs strategies in threads on one engine: a pass must never see a half-replaced packed copy."""
+    import threading
+    lin = nn.Linear(64, 48)
+    kernels.native_linears(lin)
+    x = torch.randn(5, 64)
+    errors = []
+
+    def work():
+        try:
+            for _ in range(40):
+                with torch.inference_mode():
+                    y = lin(x)
+                assert y.shape == (5, 48) and torch.isfinite(y).all()
+        except Exception as e:   # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for _ in range(20):
+        with torch.no_grad():
+            lin.weight.add_(0.001)                 # a new version: the next pass repacks
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    with torch.inference_mode():
+        torch.testing.assert_close(lin(x), nn.functional.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
