@@ -53,21 +53,29 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
           "float16": torch.float16, "fp16": torch.float16}
 
 
+def _cpuinfo(key: str) -> str | None:
+    """The first /proc/cpuinfo line's value for `key` (None where there is no such file or line)."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith(key):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def cpu_flags() -> set[str]:
+    """This CPU's feature flags as /proc/cpuinfo lists them (empty where there is none)."""
+    return set((_cpuinfo("flags") or "").split())
+
+
 def cpu_name() -> str:
     """The CPU's model name (from /proc/cpuinfo where there is one) and its widest matrix instructions (AMX-BF16,
     AVX512-BF16, AVX-512 or AVX2: what decides the dtype and the cost of a multi-token pass), for the machine
     line of every figure."""
     import platform
-    name, flags = None, set()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name") and name is None:
-                name = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    name = name or platform.processor() or platform.machine()
+    name = _cpuinfo("model name") or platform.processor() or platform.machine()
+    flags = cpu_flags()
     isa = next((label for flag, label in (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16"),
                                           ("avx512f", "AVX-512"), ("avx2", "AVX2")) if flag in flags), None)
     return f"{name} ({isa})" if isa else name

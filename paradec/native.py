@@ -45,16 +45,6 @@ _LOCK = threading.Lock()
 _STATE: dict = {}
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def _build_dir() -> Path:
     return Path(os.environ.get("PARADEC_NATIVE_DIR") or Path.home() / ".cache" / "paradec" / "native")
 
@@ -66,7 +56,8 @@ def _load() -> ctypes.CDLL | None:
     if platform.machine().lower() not in ("x86_64", "amd64"):
         _STATE["why"] = f"needs an x86-64 CPU (this is {platform.machine()})"
         return None
-    missing = {"avx2", "fma"} - _cpu_flags()
+    from .engine import cpu_flags
+    missing = {"avx2", "fma"} - cpu_flags()
     if missing:
         _STATE["why"] = f"this CPU lacks {', '.join(sorted(missing))}"
         return None
@@ -104,6 +95,8 @@ def _load() -> ctypes.CDLL | None:
 
 def library() -> ctypes.CDLL | None:
     """The loaded kernel library, built on first call; None where it cannot run (`why`)."""
+    if "lib" in _STATE:                       # every linear of every pass asks: no lock once it is known
+        return _STATE["lib"]
     with _LOCK:
         if "lib" not in _STATE:
             _STATE["lib"] = _load()

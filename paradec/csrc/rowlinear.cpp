@@ -157,6 +157,4 @@ void pd_linear_f32(const float* x, int64_t M, int64_t K, const float* wp, int64_
                    int threads) {
     run(x, M, K, wp, N, bias, y, threads);
 }
-int pd_version() { return 1; }
-
 }
