@@ -40,17 +40,23 @@ def is_draft_dir(path) -> bool:
 
 
 class TrimmedHead(nn.Module):
-    """LM head over `kept` token ids only; returns full-vocabulary logits with -inf elsewhere."""
+    """LM head over `kept` token ids only; returns full-vocabulary logits with -inf elsewhere. Its rows are an
+    nn.Linear (`proj`, frozen) so that `kernels.apply` gives the head the same few-row kernel as the draft's other
+    linears (on a Zen 1 EPYC in float32, 16384 rows x 3 inputs: 2.2 ms native against 12.5 ms streamed)."""
 
     def __init__(self, weight_rows: torch.Tensor, kept: torch.Tensor, vocab: int):
         super().__init__()
-        self.register_buffer("weight", weight_rows, persistent=False)
+        self.proj = nn.Linear(weight_rows.shape[1], weight_rows.shape[0], bias=False, device="meta")
+        self.proj.weight = nn.Parameter(weight_rows, requires_grad=False)
         self.register_buffer("kept", kept.long(), persistent=False)
         self.vocab = int(vocab)
 
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.proj.weight
+
     def kept_logits(self, h: torch.Tensor) -> torch.Tensor:
-        from .kernels import streamed_linear
-        return streamed_linear(h, self.weight, None)
+        return self.proj(h)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         small = self.kept_logits(h)

@@ -412,6 +412,97 @@ def test_tree_sampling_is_lossless_in_distribution(target, trained):
     assert tv < 0.15, tv
 
 
+# ---------------------------------------------------------------- copies from the context (`lookup`)
+
+def test_graft_hangs_the_copy_under_the_root_sharing_the_drafts_nodes():
+    tree = E.Tree([5, 6, 7], [-1, -1, 0], [1, 1, 2], [0.6, 0.3, 0.4], 2)
+    g = E.graft(tree, [5, 7, 9], [0.5, 0.25, 0.125])
+    assert g.tokens == [5, 6, 7, 9] and g.parents == [-1, -1, 0, 2] and g.depths == [1, 1, 2, 3]
+    assert g.probs == [0.6, 0.3, 0.4, 0.125] and g.origin == ["b", "d", "b", "c"] and g.passes == 2
+    g2 = E.graft(g, [6, 8], [0.5, 0.25])                  # a likelier copy raises the draft's node
+    assert g2.tokens[-1] == 8 and g2.parents[-1] == 1 and g2.probs[1] == 0.5 and g2.origin[1] == "b"
+    only = E.graft(E.Tree([], [], [], [], 0), [3, 3, 4], [0.5, 0.25, 0.125])
+    assert only.parents == [-1, 0, 1] and only.origin == ["c"] * 3 and only.passes == 0
+    for t in (g, g2, only):                               # siblings distinct, a path no likelier than its prefix
+        assert len({(p, x) for p, x in zip(t.parents, t.tokens)}) == len(t.tokens)
+        assert all(p < 0 or t.probs[i] <= t.probs[p] for i, p in enumerate(t.parents))
+    cut = E.choose(g2, 1, lambda w: 1.0, 3)               # the cut keeps each kept node's origin
+    assert cut.tokens == [5, 6, 7] and cut.origin == ["b", "b", "b"]
+    rates = E.CopyRate()
+    assert rates.probs(2, 3) == [0.5, 0.25, 0.125]        # one hit in two tries before any step
+    rates.update(2, g, [0, 2])                            # tries: 5 (root), 7 (under 5), 9 (under 7); hits 5, 7
+    assert rates.rate(2) == pytest.approx((0.8 * 1 + 2) / (0.8 * 2 + 3))
+    assert rates.rate(1) == 0.5                           # per n-gram length
+
+
+@pytest.fixture(scope="module")
+def looping():
+    """A random model with small weights: after a few tokens it repeats itself (a copyable context)."""
+    return random_engine(0, init=0.1)
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_lookup_greedy_equals_ar_and_its_copies_are_accepted(looping, adaptive):
+    """With an untrained draft that is almost never right, the copied tokens carry the steps: greedy output is
+    `ar`'s token for token, and many more tokens are accepted per pass than without the copy."""
+    fd = FD.FeatureDraft.from_target(looping, sorted(range(looping.vocab_size))).prepare()
+    use(flat_costs(looping), fd)
+    plain = copied = 0
+    try:
+        for p in PROMPTS[:4]:
+            ref, _ = run(looping, "ar", p)
+            base, bsteps = run(looping, "eagle", p, params={"adaptive": adaptive})
+            toks, steps = run(looping, "eagle", p, params={"adaptive": adaptive, "lookup": 8})
+            assert base == ref and toks == ref, p
+            assert all(s.drafted <= 12 + 8 for s in steps)
+            assert sum(s.info.get("copied", 0) for s in steps) > 0
+            plain += sum(s.accepted for s in bsteps)
+            copied += sum(s.accepted for s in steps)
+    finally:
+        looping.extras.pop("pass_costs", None)
+    assert copied >= 80 and copied >= 4 * max(plain, 1), (copied, plain)
+
+
+def test_lookup_sampling_is_lossless_in_distribution(looping):
+    """Sampling (T 1.0, top-k 5) with copies offered from a repetitive prompt: over 400 seeds the first two tokens
+    follow the target's exact joint distribution, and the copies were verified and often accepted."""
+    fd = FD.FeatureDraft.from_target(looping, sorted(range(looping.vocab_size))).prepare()
+    use(flat_costs(looping), fd)
+    sp = SamplingParams(1.0, top_k=5)
+    ids0, _ = run(looping, "ar", PROMPTS[1], max_new_tokens=12)
+    prompt = PROMPTS[1] + looping.decode(ids0) * 2
+    ids = looping.encode(Request(prompt=prompt, chat=False))
+    p1 = process(looping.forward(ids)[0, -1], sp)
+    joint = {}
+    for a in p1.nonzero().flatten().tolist():
+        p2 = process(looping.forward(ids + [a])[0, -1], sp)
+        for b in p2.nonzero().flatten().tolist():
+            joint[(a, b)] = float(p1[a] * p2[b])
+    n, counts, copied, accepted = 400, {}, 0, 0
+    try:
+        for seed in range(n):
+            toks, steps = run(looping, "eagle", prompt, max_new_tokens=3, temperature=1.0, top_k=5, seed=seed,
+                              chat=False, params={"depth": 2, "branch": 2, "width": 2, "adaptive": False,
+                                                  "lookup": 4})
+            counts[tuple(toks[:2])] = counts.get(tuple(toks[:2]), 0) + 1
+            copied += sum(s.info.get("copied", 0) for s in steps)
+            accepted += sum(s.accepted for s in steps)
+    finally:
+        looping.extras.pop("pass_costs", None)
+    assert copied > 50 and accepted > 40                  # (92 and 130 when written)
+    assert set(counts) <= {c for c, pr in joint.items() if pr > 0}
+    tv = 0.5 * sum(abs(counts.get(c, 0) / n - pr) for c, pr in joint.items())
+    assert tv < 0.15, tv
+    # where the first token repeats the loop the copy proposes it again: the second token still follows the
+    # target's conditional distribution (accepting the copy blindly would put all of these on one pair)
+    a = ids[-1]
+    after = {b: c for (x, b), c in counts.items() if x == a}
+    m = sum(after.values())
+    assert m > 30, counts
+    cond = {b: pr / sum(q for (x, _), q in joint.items() if x == a) for (x, b), pr in joint.items() if x == a}
+    assert 0.5 * sum(abs(after.get(b, 0) / m - q) for b, q in cond.items()) < 0.3, (after, cond)
+
+
 @pytest.mark.slow
 def test_train_eagle_end_to_end_on_a_small_model_and_resume(model_dir, tmp_path):
     """`train eagle --model M` on the random tiny model: teacher answers, features, steps, a loadable draft with a

@@ -24,6 +24,13 @@ steps) while drafting steps yield fewer tokens per modelled second than plain on
 verification tries them in order against the target's distribution with the refused ones removed, so sampled
 output is distributed exactly as the target's; greedy output is `ar`'s token for token.
 
+`lookup` (tree only) adds what `pld` would propose: the tokens that followed the most recent earlier occurrence
+of the context's last 1-3 tokens, hung under the root as a chain that follows the draft's nodes where they hold
+the same tokens (`graft`). Each copied token is given the probability its position in the chain implies at the
+running rate copied tokens were accepted (`CopyRate`, per n-gram length), so the same measured-cost cut decides
+how many of them the target verifies; when the adaptive rule pauses drafting, the copy alone may still be
+verified. Fixed tokens, tried in order like the draft's: the output stays exact.
+
 Invariant between steps: `seq` is prompt + output; the target cache holds a prefix of `seq` (all but at least
 its last token); `feats` holds the true features of positions dlen .. len(seq) - 2, the draft cache positions
 0 .. dlen - 1.
@@ -33,7 +40,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -42,6 +49,7 @@ from .. import passcost, verification
 from ..engine import Engine, ModelError
 from ..sampling import argmax
 from .base import Param, Run, Strategy, register
+from .prompt_lookup import ContextIndex
 from .speculative import DECAY, K_MAX, PROBE_EVERY, CostRule, draft_step
 
 TRAIN = "train it: python -m paradec train eagle --model MODEL"
@@ -73,17 +81,20 @@ def preload(engine) -> None:
     """Load the engine's feature draft (when it has one) and time its step and the tree's pass widths now, before
     any request thread."""
     try:
-        step_cost(engine, feature_draft(engine))
+        fd = feature_draft(engine)
     except NoFeatureDraft:
         return
+    step_cost(engine, fd)
+    step_cost(engine, fd, rows=Eagle.params["width"].default)
     passcost.pass_costs(engine, TREE_WIDTHS)
 
 
-def step_cost(engine, fd: FD.FeatureDraft, repeats: int = 5) -> float:
-    """Seconds of one draft step (one position after a short cached context, plus the head), the fastest of
-    `repeats`; measured once per engine and draft."""
+def step_cost(engine, fd: FD.FeatureDraft, repeats: int = 5, rows: int = 1) -> float:
+    """Seconds of one draft step over `rows` positions (after a short cached context, plus the head over every
+    row: a tree's expanding passes have `width` rows), the fastest of `repeats`; measured once per engine, draft
+    and row count."""
     memo = engine.extras.setdefault("eagle_cost", {})
-    if id(fd) not in memo:
+    if (id(fd), rows) not in memo:
         hsz = int(engine.model.config.hidden_size)
         with torch.inference_mode():
             cache = fd.new_cache()
@@ -93,17 +104,18 @@ def step_cost(engine, fd: FD.FeatureDraft, repeats: int = 5) -> float:
             for _ in range(repeats):
                 engine.sync()
                 t = time.perf_counter()
-                h = fd.hidden(torch.zeros(1, 1, hsz, dtype=engine.dtype, device=engine.device),
-                              torch.zeros(1, 1, dtype=torch.long), cache)
-                int(argmax(fd.logits(h[0, -1])))
+                h = fd.hidden(torch.zeros(1, rows, hsz, dtype=engine.dtype, device=engine.device),
+                              torch.zeros(1, rows, dtype=torch.long), cache)
+                argmax(fd.logits(h[0])).tolist()
                 engine.sync()
                 best = min(best, time.perf_counter() - t)
-                cache.crop(-1)
-        memo[id(fd)] = best
-    return memo[id(fd)]
+                cache.crop(-rows)
+        memo[(id(fd), rows)] = best
+    return memo[(id(fd), rows)]
 
 
 TREE_WIDTHS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)     # target pass widths timed for the tree's size
+LOOKUP_NGRAM = 3                                        # `lookup`: longest suffix n-gram matched (pld's default)
 
 
 @dataclass
@@ -113,6 +125,9 @@ class Tree:
     depths: list[int]       # 1 for the root's children
     probs: list[float]      # the draft's joint probability of the path to node i
     passes: int             # draft passes it took
+    origin: list[str] = field(default_factory=list)   # per node: "d" drafted, "c" copied (`graft`), "b" both;
+    #                                                   empty: every node drafted
+
 
 
 def grow(fd: FD.FeatureDraft, engine, h_root: torch.Tensor, dcache, dlen: int, depth: int, branch: int,
@@ -185,7 +200,54 @@ def choose(tree: Tree, pending: int, cost, nodes: int) -> Tree:
     keep = sorted(ranked[:best])
     at = {i: r for r, i in enumerate(keep)}
     return Tree([tree.tokens[i] for i in keep], [at.get(tree.parents[i], -1) for i in keep],
-                [tree.depths[i] for i in keep], [tree.probs[i] for i in keep], tree.passes)
+                [tree.depths[i] for i in keep], [tree.probs[i] for i in keep], tree.passes,
+                [tree.origin[i] for i in keep] if tree.origin else [])
+
+
+def graft(tree: Tree, copy: list[int], probs: list[float]) -> Tree:
+    """`tree` with the chain `copy` (tokens copied from the context, as `pld` proposes them) hung under the root;
+    probs[j]: the estimated probability that the copy's first j + 1 tokens are all accepted. Where the node the
+    chain has reached already has a child with the chain's next token, the chain follows it (origin "b", its
+    probability the larger of the two), else it goes on as new nodes (origin "c"), so siblings keep distinct
+    tokens and a path stays no likelier than its prefix. Appended nodes come after the draft's."""
+    tok, par, dep, pr = list(tree.tokens), list(tree.parents), list(tree.depths), list(tree.probs)
+    origin = list(tree.origin) or ["d"] * len(tok)
+    child = {(p, t): i for i, (p, t) in enumerate(zip(par, tok))}
+    node = -1
+    for j, (t, q) in enumerate(zip(copy, probs)):
+        i = child.get((node, int(t)))
+        if i is None:
+            tok.append(int(t)), par.append(node), dep.append(j + 1), pr.append(q), origin.append("c")
+            i = child[(node, int(t))] = len(tok) - 1
+        else:
+            pr[i] = max(pr[i], q)
+            origin[i] = "b" if origin[i] != "c" else "c"
+        node = i
+    return Tree(tok, par, dep, pr, tree.passes, origin)
+
+
+class CopyRate:
+    """How often a copied token is accepted once the node it hangs under was (or it hangs under the root), per
+    length of the n-gram whose earlier occurrence it was copied after; counts decayed by DECAY a step, starting at
+    one hit in two tries. The copy's j-th token is then given probability rate ** j in the tree."""
+
+    def __init__(self):
+        self.hits: dict[int, float] = {}
+        self.tries: dict[int, float] = {}
+
+    def rate(self, n: int) -> float:
+        return self.hits.get(n, 1.0) / self.tries.get(n, 2.0)
+
+    def probs(self, n: int, length: int) -> list[float]:
+        r = self.rate(n)
+        return [r ** (j + 1) for j in range(length)]
+
+    def update(self, n: int, tree: Tree, path: list[int]) -> None:
+        on = set(path)
+        tries = [i for i, o in enumerate(tree.origin) if o != "d" and (tree.parents[i] < 0 or tree.parents[i] in on)]
+        if tries:
+            self.hits[n] = DECAY * self.hits.get(n, 1.0) + sum(i in on for i in tries)
+            self.tries[n] = DECAY * self.tries.get(n, 2.0) + len(tries)
 
 
 class TreeRule:
@@ -250,6 +312,10 @@ class Eagle(Strategy):
                                              "do not pay by the measured pass costs)"),
         "stop": Param(0.4, float, 0.0, 1.0, help="tree: stop drafting once the nodes to expand hold less than "
                                                   "this much of the draft's probability"),
+        "lookup": Param(0, int, 0, 32, help="tree: also offer up to this many tokens copied from the context "
+                                            "after the longest earlier match of its last 1-3 tokens (as pld), "
+                                            "merged into the tree and kept by the same cost cut, on top of "
+                                            "`nodes`; 0: off"),
     }
 
     def available(self, engine) -> tuple[bool, str]:
@@ -311,13 +377,16 @@ class Eagle(Strategy):
         seq = list(run.ids)
         dcache, dlen, feats = fd.new_cache(), 0, None
         costs = passcost.pass_costs(engine, TREE_WIDTHS)
-        draft_cost = step_cost(engine, fd)
+        draft_cost = step_cost(engine, fd, rows=p["width"])
         rule = TreeRule(passcost.cost_at(costs, 1)) if p["adaptive"] else None
+        index, rates = (ContextIndex(LOOKUP_NGRAM), CopyRate()) if p["lookup"] else (None, None)
+        if index is not None:
+            index.extend(seq)
         prefill = True
         while True:
             room = out.budget - len(out.ids) - 1
             base, fed = len(seq), engine.cache_len(tcache)
-            tree = Tree([], [], [], [], 0)
+            tree = grown = Tree([], [], [], [], 0)
             drafts = feats is not None and room > 0 and (rule is None or rule.draft_now())
             if drafts:
                 with torch.inference_mode():
@@ -325,9 +394,14 @@ class Eagle(Strategy):
                     dlen, feats = len(seq) - 1, feats[:, :0]
                     grown = grow(fd, engine, h, dcache, dlen, min(p["depth"], room), p["branch"], p["width"],
                                  p["stop"])
+            copy, ngram = (index.match(min(p["lookup"], room)) if index is not None and feats is not None
+                           else ([], 0))
+            if copy:
+                grown = graft(grown, copy, rates.probs(ngram, len(copy)))
+            if grown.tokens:
                 spent = grown.passes * draft_cost
-                tree = choose(grown, base - fed, lambda w: spent + passcost.cost_at(costs, w), p["nodes"])
-                tree.passes = grown.passes
+                tree = choose(grown, base - fed, lambda w: spent + passcost.cost_at(costs, w),
+                              p["nodes"] + len(copy))
             P, n = base - fed, len(tree.tokens)
             with FD.capture(engine) as got:
                 if n:
@@ -344,10 +418,16 @@ class Eagle(Strategy):
             new = torch.cat([g[:P], g[P + torch.tensor(path, dtype=torch.long, device=g.device)]])[None]
             feats = new if feats is None else torch.cat([feats[:, :fed - dlen], new], 1)
             seq += v.tokens
-            if rule is not None and drafts:
-                rule.update(v.accepted, tree.passes * draft_cost + passcost.cost_at(costs, P + n))
+            if index is not None:
+                index.extend(v.tokens)
+                if copy:
+                    rates.update(ngram, tree, path)
+            if rule is not None and drafts:         # credited with the drafted tokens it accepted, not the copied
+                drafted = sum(1 for i in path if not tree.origin or tree.origin[i] != "c")
+                rule.update(drafted, tree.passes * draft_cost + passcost.cost_at(costs, P + n))
             step = out.step(v.tokens, forward_passes=1, draft_passes=tree.passes, drafted=n, prefill=prefill,
-                            info={"nodes": n, "depth": max(tree.depths, default=0)})
+                            info={"nodes": n, "depth": max(tree.depths, default=0),
+                                  "copied": sum(o != "d" for o in tree.origin)})
             step.accepted = min(v.accepted, len(step.token_ids))
             yield step
             if out.done:

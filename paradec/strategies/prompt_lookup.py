@@ -58,14 +58,18 @@ class ContextIndex:
                 self.last[n][tuple(self.seq[end - n:end])] = end
 
     def propose(self, num_pred: int) -> list[int]:
+        return self.match(num_pred)[0]
+
+    def match(self, num_pred: int) -> tuple[list[int], int]:
+        """The proposals and the length n of the suffix n-gram they follow (([], 0) without a match)."""
         L = len(self.seq)
         if num_pred <= 0:
-            return []
+            return [], 0
         for n in range(min(self.max_ngram, L - 1), 0, -1):
             end = self.last[n].get(tuple(self.seq[L - n:]))
             if end is not None:
-                return _copy(self.seq, end, num_pred)
-        return []
+                return _copy(self.seq, end, num_pred), n
+        return [], 0
 
 
 @register
