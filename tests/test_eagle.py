@@ -356,7 +356,7 @@ def test_tree_greedy_equals_ar_token_for_token(target, trained, params):
             for s in steps[1:]:
                 assert s.forward_passes == 1 and s.draft_passes <= params.get("depth", 6)
                 assert s.draft_passes >= 1 or s is steps[-1]          # the last token needs no draft
-                assert s.drafted <= params.get("nodes", 12) and 0 <= s.accepted <= s.info["depth"]
+                assert s.drafted <= params.get("nodes", 12) + 8 and 0 <= s.accepted <= s.info["depth"]
             accepted += sum(s.accepted for s in steps)
             drafted += sum(s.drafted for s in steps)
     finally:
@@ -451,7 +451,7 @@ def test_lookup_greedy_equals_ar_and_its_copies_are_accepted(looping, adaptive):
     try:
         for p in PROMPTS[:4]:
             ref, _ = run(looping, "ar", p)
-            base, bsteps = run(looping, "eagle", p, params={"adaptive": adaptive})
+            base, bsteps = run(looping, "eagle", p, params={"adaptive": adaptive, "lookup": 0})
             toks, steps = run(looping, "eagle", p, params={"adaptive": adaptive, "lookup": 8})
             assert base == ref and toks == ref, p
             assert all(s.drafted <= 12 + 8 for s in steps)

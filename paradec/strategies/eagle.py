@@ -312,7 +312,7 @@ class Eagle(Strategy):
                                              "do not pay by the measured pass costs)"),
         "stop": Param(0.4, float, 0.0, 1.0, help="tree: stop drafting once the nodes to expand hold less than "
                                                   "this much of the draft's probability"),
-        "lookup": Param(0, int, 0, 32, help="tree: also offer up to this many tokens copied from the context "
+        "lookup": Param(8, int, 0, 32, help="tree: also offer up to this many tokens copied from the context "
                                             "after the longest earlier match of its last 1-3 tokens (as pld), "
                                             "merged into the tree and kept by the same cost cut, on top of "
                                             "`nodes`; 0: off"),
