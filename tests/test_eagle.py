@@ -105,6 +105,26 @@ def use(engine, fd):
     return engine
 
 
+def test_a_prepared_drafts_head_runs_the_few_row_kernel_of_its_other_linears(target):
+    """The trimmed head is a frozen nn.Linear, so `prepare` gives it the kernel `kernels.apply` picks for the
+    target's dtype (native or streamed for float32 on a CPU), with F.linear's numbers; it is not in the saved state."""
+    from paradec import kernels, native
+    kept = sorted(set(range(0, target.vocab_size, 2)) | target.eos_ids)
+    fd = FD.FeatureDraft.from_target(target, kept)
+    head = fd.net.shell.lm_head
+    assert not head.proj.weight.requires_grad and head.weight is head.proj.weight
+    h = torch.randn(3, target.model.config.hidden_size)
+    ref = torch.nn.functional.linear(h, head.weight)
+    fd.prepare()
+    tag = kernels._NATIVE_TAG if native.available() else kernels._TAG
+    if target.device.type == "cpu" and target.dtype == torch.float32:
+        assert getattr(head.proj, tag, False)
+    with torch.inference_mode():
+        got = fd.kept_logits(h)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    assert not any("lm_head" in k for k in fd.state())
+
+
 def test_structure_shared_embeddings_and_full_vocabulary_logits(target):
     kept = sorted(set(range(0, target.vocab_size, 3)) | target.eos_ids)
     fd = FD.FeatureDraft.from_target(target, kept)
