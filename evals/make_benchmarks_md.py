@@ -549,6 +549,15 @@ cost cut keeps fewer nodes):
 Prompt rows as one product (`kernels.prompt_rows`) against the row plan for every row, same machine, 16 long-prompt
 items: `ar`'s TTFT p50 4.33 -> 2.74 s, speed-ups unchanged within noise (docs/bench/prompt-rows-ab.md).
 """
+    if (B / "eagle-lookup-suites-zen1.md").exists():
+        text += f"""
+Since session 28 `eagle`'s tree also holds a copy from the context (`lookup`, default 8 tokens: what `pld` would
+propose, grafted under the root and kept by the same cost cut; chosen on held-out training prompts,
+docs/bench/eagle-lookup-tune-zen1.md), and the drafts' heads run the engine's few-row kernel. The same suites on a
+Zen 1 EPYC (AVX2 only, float32, paradec's native linear), `pld` in the same run:
+
+{section("eagle-lookup-suites-zen1.md")}
+"""
     if chain.exists():
         text += f"""
 Drafting a chain (`tree=false`, k by sps's cost rule), the first run, on another machine:

@@ -34,14 +34,24 @@ GIB = 1 << 30
 
 
 def weight_bytes_per_token(model) -> int:
-    """Bytes of weights one decode step reads (see the module docstring), at the model's storage dtype."""
+    """Bytes of weights one decode step reads (see the module docstring), at the model's storage dtype, or for a
+    linear run by paradec's native kernel (`kernels.native_linears`) the bytes of the copy it reads (bfloat16 where
+    that is exact: half a float32 model's)."""
+    from .kernels import _NATIVE_TAG
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     head_w = getattr(head, "weight", None)
     lookups = {id(m.weight) for m in model.modules()
                if isinstance(m, torch.nn.Embedding) and m.weight is not head_w}
+    read = {}
+    for m in model.modules():
+        if getattr(m, _NATIVE_TAG, False) and m.weight.device.type == "cpu":
+            packed = m.forward.packed()
+            read[id(m.weight)] = packed.numel() * packed.element_size()
     total = 0
     for p in model.parameters():           # shared (tied) tensors come once
-        if id(p) in lookups:
+        if id(p) in read:
+            total += read[id(p)]
+        elif id(p) in lookups:
             total += p.shape[-1] * p.element_size()          # one row per token
         else:
             total += p.numel() * p.element_size()

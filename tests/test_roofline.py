@@ -55,6 +55,23 @@ def test_dtype_halves_the_bytes(tied):
     assert fp32 == 2 * bf16 and bf16 == 2 * _expected_params(tied)
 
 
+@pytest.mark.skipif(not __import__("paradec.native").native.available(), reason="native kernel not available")
+def test_native_linears_count_the_copy_they_read():
+    """A float32 model holding bfloat16 numbers (a float32 load of a bf16 checkpoint, as the default on an AVX2 CPU):
+    the native kernel reads bf16 copies, so its linears count 2 bytes a weight; the norms stay float32. The kernel
+    pads outputs to blocks of 16 and reads the padding: the head's 1000 rows count as 1008."""
+    from paradec import kernels
+    m = _model(True)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+    kernels.native_linears(m)
+    norms = L * 2 * H + H
+    assert R.weight_bytes_per_token(m) == 4 * norms + 2 * (_expected_params(True) - norms + 8 * H)
+    kernels.unnative_linears(m)
+    assert R.weight_bytes_per_token(m) == 4 * _expected_params(True)
+
+
 def test_kv_bytes_from_config():
     cfg = _model(True).config
     assert R.kv_bytes_per_context_token(cfg, 2) == 2 * L * KV * HD * 2
