@@ -292,6 +292,17 @@ def test_shipped_draft_on_the_default_model_is_lossless_and_accepted(default_eng
 
 # ---------------------------------------------------------------- trees (EAGLE-2)
 
+def first_two(engine, ids, sp) -> dict:
+    """The target's exact joint distribution of the first two tokens after `ids` under `sp`: {(a, b): p}."""
+    p1 = process(engine.forward(ids)[0, -1], sp)
+    joint = {}
+    for a in p1.nonzero().flatten().tolist():
+        p2 = process(engine.forward(ids + [a])[0, -1], sp)
+        for b in p2.nonzero().flatten().tolist():
+            joint[(a, b)] = float(p1[a] * p2[b])
+    return joint
+
+
 def flat_costs(engine):
     """Every pass width costs the same: the tree's cost cut then keeps every node up to `nodes` (the tiny model's
     own measured costs grow with the width and would keep only a few)."""
@@ -411,12 +422,7 @@ def test_tree_sampling_is_lossless_in_distribution(target, trained):
     sp = SamplingParams(1.0, top_k=5)
     prompt = "def f(x):"
     ids = target.encode(Request(prompt=prompt))
-    p1 = process(target.forward(ids)[0, -1], sp)
-    joint = {}
-    for a in p1.nonzero().flatten().tolist():
-        p2 = process(target.forward(ids + [a])[0, -1], sp)
-        for b in p2.nonzero().flatten().tolist():
-            joint[(a, b)] = float(p1[a] * p2[b])
+    joint = first_two(target, ids, sp)
     n, counts, accepted = 400, {}, 0
     try:
         for seed in range(n):
@@ -492,12 +498,7 @@ def test_lookup_sampling_is_lossless_in_distribution(looping):
     ids0, _ = run(looping, "ar", PROMPTS[1], max_new_tokens=12)
     prompt = PROMPTS[1] + looping.decode(ids0) * 2
     ids = looping.encode(Request(prompt=prompt, chat=False))
-    p1 = process(looping.forward(ids)[0, -1], sp)
-    joint = {}
-    for a in p1.nonzero().flatten().tolist():
-        p2 = process(looping.forward(ids + [a])[0, -1], sp)
-        for b in p2.nonzero().flatten().tolist():
-            joint[(a, b)] = float(p1[a] * p2[b])
+    joint = first_two(looping, ids, sp)
     n, counts, copied, accepted = 400, {}, 0, 0
     try:
         for seed in range(n):
