@@ -129,7 +129,6 @@ class Tree:
     #                                                   empty: every node drafted
 
 
-
 def grow(fd: FD.FeatureDraft, engine, h_root: torch.Tensor, dcache, dlen: int, depth: int, branch: int,
          width: int, stop: float) -> Tree:
     """Draft a tree from the draft's predicted feature h_root (hidden,) of the context's last position; the draft
