@@ -142,6 +142,18 @@ def test_training_prompts_are_disjoint_from_the_benchmark_suites():
     assert P.overlap_with_suites([{"messages": [{"role": "user", "content": "Please: " + bench}]}])
 
 
+def test_training_prompts_go_on_past_a_used_up_kind():
+    """A kind whose word lists run out (conversation: about 60 prompts) drops out of the turn instead of ending
+    the set, and a larger set still starts with a smaller one's prompts (cached answers stay valid)."""
+    from paradec.training import prompts as P
+    small = P.training_prompts(540, 0, "train")
+    big = P.training_prompts(800, 0, "train")
+    assert len(big) == 800 and big[:540] == small
+    assert len({p["messages"][0]["content"] for p in big}) == 800
+    counts = {k: sum(p["kind"] == k for p in big) for k in P.KINDS}
+    assert counts["conversation"] < 70 and min(counts.values()) >= 50 and max(counts.values()) >= 90
+
+
 @pytest.mark.slow
 def test_train_draft_end_to_end_on_a_small_model_and_resume(model_dir, tmp_path):
     """`train draft --model M` on the random tiny model: teacher answers, vocabulary, steps, a loadable draft with

@@ -59,3 +59,45 @@ def test_the_teacher_cache_grows_and_answers_only_new_prompts(tiny_engine, tmp_p
     assert calls == [3, 3, 2, 2] and again == more                         # all cached now
     teacher_rows(tiny_engine, prompts[:2], 7, 0, f, "train")              # another length: answered anew
     assert calls[-2:] == [2, 2]
+
+
+def test_the_teacher_cache_answers_greedy_only_prompts_and_reads_older_caches(tiny_engine, tmp_path, monkeypatch):
+    """`sampled=False` makes only the greedy answers, and only for prompts that lack one; a later sampled call
+    makes just the missing sampled answers; a cache written before per-kind records counts both kinds as made;
+    a stop between chunks keeps the chunks already made."""
+    import torch
+    from paradec import decoding
+    from paradec.training.teacher import teacher_rows
+    calls = []
+    real = decoding.generate
+
+    def counting(engine, prompts, max_new, sp, *a, **k):
+        calls.append((len(prompts), sp.temperature == 0))
+        return real(engine, prompts, max_new, sp, *a, **k)
+    monkeypatch.setattr(decoding, "generate", counting)
+    prompts = [[5 + i, 9 + 2 * i, 40 + i] for i in range(5)]
+    f = tmp_path / "teacher.pt"
+    g = teacher_rows(tiny_engine, prompts[:4], 6, 0, f, "train", sampled=False, chunk=3)
+    assert calls == [(3, True), (1, True)] and len(g) == 4 and all(r["greedy"] for r in g)
+    both = teacher_rows(tiny_engine, prompts, 6, 0, f, "train")
+    assert calls[2:] == [(5, False), (1, True)] and len(both) == 10
+    assert [r["completion"] for r in both if r["greedy"]][:4] == [r["completion"] for r in g]
+    saved = torch.load(f)
+    del saved["done"]                                       # the format before per-kind records
+    torch.save(saved, f)
+    assert teacher_rows(tiny_engine, prompts, 6, 0, f, "train") == both and len(calls) == 4
+    calls.clear()
+
+    def stopping(engine, prompts, max_new, sp, *a, **k):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(len(prompts))
+        return real(engine, prompts, max_new, sp, *a, **k)
+    monkeypatch.setattr(decoding, "generate", stopping)
+    f2 = tmp_path / "t2.pt"
+    with pytest.raises(KeyboardInterrupt):
+        teacher_rows(tiny_engine, prompts, 6, 0, f2, "train", sampled=False, chunk=2)
+    monkeypatch.setattr(decoding, "generate", counting)
+    calls.clear()
+    again = teacher_rows(tiny_engine, prompts, 6, 0, f2, "train", sampled=False, chunk=2)
+    assert calls == [(2, True), (1, True)] and len(again) == 5     # the first chunk was kept

@@ -141,7 +141,7 @@ def train(args) -> Path:
     work = Path(args.work) if args.work else ROOT / "data" / "work" / f"{engine.name}-eagle"
     work.mkdir(parents=True, exist_ok=True)
     ans = TCH.answers(engine, args.prompts, args.eval_prompts, args.seed, args.max_prompt, args.gen_tokens,
-                      args.gen_batch, args.teacher_cache)
+                      args.gen_batch, args.teacher_cache, args.sampled_prompts)
     rows, held = ans.rows, [r for r in ans.held if r["greedy"]]
     init = None
     if args.init:
@@ -298,6 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus-share", type=float, default=0.25, help="share of each batch drawn from those windows")
     p.add_argument("--teacher-dtype", default="bfloat16", help="dtype of the target when it makes the features")
     p.add_argument("--prompts", type=int, default=288, help="training prompts answered by the target")
+    p.add_argument("--sampled-prompts", type=int,
+                   help="only the first N training prompts get a sampled answer besides the greedy one (default all)")
     p.add_argument("--eval-prompts", type=int, default=36)
     p.add_argument("--max-prompt", type=int, default=320, help="prompt tokens kept (the tail)")
     p.add_argument("--gen-tokens", type=int, default=128)

@@ -119,7 +119,9 @@ def _one(kind: str, mod: C.Module, rng: random.Random) -> str | None:
 
 
 def training_prompts(n: int, seed: int = 0, split: str = "train", kinds=KINDS) -> list[dict]:
-    """n prompts, kinds in turn, each from a random module of the split ("train" or "heldout"). A candidate that
+    """n prompts, kinds in turn, each from a random module of the split ("train" or "heldout"); a kind that
+    yields no new prompt in EXHAUSTED tries in a row drops out of the turn (the first prompts stay those of a
+    smaller n). A candidate that
     shares an 8-word run with any benchmark prompt (the suites quote standard-library code and docs too) is
     dropped, so the set is disjoint from evals/suites by construction."""
     tr, va = _modules()
@@ -127,14 +129,22 @@ def training_prompts(n: int, seed: int = 0, split: str = "train", kinds=KINDS) -
     mods = [m for m in (tr if split == "train" else va) if m.members]
     rng = random.Random(f"{seed}-{split}")
     out, seen, tries = [], set(), 0
-    while len(out) < n and tries < 50 * n:
-        kind = kinds[len(out) % len(kinds)]
+    live, misses = list(kinds), 0
+    while len(out) < n and tries < 50 * n and live:
+        kind = live[len(out) % len(live)]
         tries += 1
         text = _one(kind, rng.choice(mods), rng)
         if text and text not in seen and not _hits(text, grams):
             seen.add(text)
             out.append({"kind": kind, "messages": [{"role": "user", "content": text}]})
+            misses = 0
+        elif (misses := misses + 1) >= EXHAUSTED:    # a kind with no new prompt left (small word lists):
+            live.remove(kind)                        # the others go on in turn
+            misses = 0
     return out
+
+
+EXHAUSTED = 400         # failed tries in a row after which a kind counts as used up
 
 
 def _words(text: str) -> list[str]:
