@@ -531,6 +531,7 @@ def test_train_eagle_end_to_end_on_a_small_model_and_resume(model_dir, tmp_path)
     import json
 
     from paradec.engine import Engine
+    from paradec.training import prompts as P
     argv = ["--model", str(model_dir), "--vocab", "400", "--steps", "3", "--batch", "2", "--prompts", "9",
             "--eval-prompts", "9", "--gen-tokens", "8", "--gen-batch", "9", "--eval-every", "3", "--ckpt-every", "3",
             "--fill-chars", "20000", "--teacher-dtype", "float32", "--out", str(tmp_path / "d"),
@@ -540,6 +541,10 @@ def test_train_eagle_end_to_end_on_a_small_model_and_resume(model_dir, tmp_path)
     assert cfg["steps"] == 3 and cfg["complete"] and [c["step"] for c in cfg["curve"]] == [0, 3]
     assert 0.0 <= cfg["curve"][-1]["a1"] <= 1.0 and cfg["kept_tokens"] == 400
     assert "a1 (first proposal" in (tmp_path / "d" / "README.md").read_text()
+    kinds = cfg["heldout_by_kind"]                 # the card's per-kind table covers every held-out position
+    assert set(kinds) <= set(P.KINDS) and len(kinds) >= 3
+    assert sum(v["positions"] for v in kinds.values()) == cfg["curve"][-1]["positions"]
+    assert cfg["train_fit"]["positions"] > 0 and "Acceptance per kind" in (tmp_path / "d" / "README.md").read_text()
     assert (tmp_path / "w" / "features_answers_float32.pt").exists()
     fd = FD.load(tmp_path / "d", Engine.load(str(model_dir), dtype="float32"))
     assert len(fd.kept_ids) == 400
@@ -547,16 +552,28 @@ def test_train_eagle_end_to_end_on_a_small_model_and_resume(model_dir, tmp_path)
     assert ET.main(argv) == 0
     cfg = json.loads((tmp_path / "d" / "draft_config.json").read_text())
     assert cfg["steps"] == 5 and [c["step"] for c in cfg["curve"]] == [0, 3, 5]
+    # --card-only measures the saved draft and rewrites its card, training nothing
+    del cfg["heldout_by_kind"]
+    (tmp_path / "d" / "draft_config.json").write_text(json.dumps(cfg))
+    (tmp_path / "d" / "README.md").unlink()
+    weights = (tmp_path / "d" / "draft.safetensors").read_bytes()
+    assert ET.main(argv + ["--card-only"]) == 0
+    again = json.loads((tmp_path / "d" / "draft_config.json").read_text())
+    assert {k: v["positions"] for k, v in again["heldout_by_kind"].items()} == \
+        {k: v["positions"] for k, v in kinds.items()} and again["steps"] == 5
+    assert (tmp_path / "d" / "draft.safetensors").read_bytes() == weights
+    assert "Acceptance per kind" in (tmp_path / "d" / "README.md").read_text()
     # --init continues from a saved draft (its weights and vocabulary) with a fresh optimiser, into another folder
     start = FD.read(tmp_path / "d", Engine.load(str(model_dir), dtype="float32"))
     cont = argv[:argv.index("--out")] + ["--out", str(tmp_path / "d2"), "--work", str(tmp_path / "w2"),
                                          "--teacher-cache", str(tmp_path / "w"), "--init", str(tmp_path / "d"),
-                                         "--vocab", "300"]
+                                         "--vocab", "300", "--sampled-prompts", "3"]
     cont[cont.index("--steps") + 1] = "2"
     assert ET.main(cont) == 0
     cfg2 = json.loads((tmp_path / "d2" / "draft_config.json").read_text())
     assert cfg2["steps"] == 2 and cfg2["init"]["steps"] == 5 and cfg2["kept_tokens"] == 400   # its vocabulary
     assert "continuing a draft of 5 steps" in (tmp_path / "d2" / "README.md").read_text()
+    assert "the first 3 with one sampled" in cfg2["data"] and "the other 6 the greedy one only" in cfg2["data"]
     cont2 = FD.load(tmp_path / "d2", Engine.load(str(model_dir), dtype="float32"))
     assert not torch.equal(cont2.state()["fc.weight"], start.state()["fc.weight"])    # it trained on
     with pytest.raises(SystemExit, match="--init"):

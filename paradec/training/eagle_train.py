@@ -26,6 +26,7 @@ next token's embedding. Its data are the target's own hidden states:
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
@@ -133,6 +134,31 @@ def acceptance(fd: FD.FeatureDraft, rows: list[dict]) -> dict:
             "positions": tot}
 
 
+def report(fd: FD.FeatureDraft, held: list[dict], ho: list[dict], rows: list[dict], tr: list[dict],
+           fit_rows: int = 72) -> dict:
+    """The card's acceptance per kind of prompt (held-out greedy answers) and, on `fit_rows` of the training
+    greedy answers spread over the kinds, the same figures the draft reaches on what it was trained on: the gap
+    between the two is how much it memorised rather than learned."""
+    def grouped(src, feats):
+        g: dict[str, list] = {}
+        for r, f in zip(src, feats):
+            g.setdefault(r.get("kind", "?"), []).append(f)
+        return g
+    fit = [f for r, f in zip(rows, tr) if r["greedy"]]
+    fit = fit[::max(1, len(fit) // fit_rows)][:fit_rows]
+    return {"heldout_by_kind": {k: acceptance(fd, v) for k, v in sorted(grouped(held, ho).items())},
+            "train_fit": acceptance(fd, fit)}
+
+
+def recard(out: Path, fd: FD.FeatureDraft, held, ho, rows, tr) -> Path:
+    """Add `report`'s figures to the draft folder's config and rewrite its card."""
+    cfg_path = Path(out) / D.CONFIG
+    cfg = json.loads(cfg_path.read_text())
+    cfg.update(report(fd, held, ho, rows, tr))
+    cfg_path.write_text(json.dumps(cfg, indent=1, default=str) + "\n")
+    return write_card(out)
+
+
 def train(args) -> Path:
     from ..engine import Engine, cpu_name
     torch.manual_seed(args.seed)
@@ -144,6 +170,8 @@ def train(args) -> Path:
                       args.gen_batch, args.teacher_cache, args.sampled_prompts)
     rows, held = ans.rows, [r for r in ans.held if r["greedy"]]
     init = None
+    if args.card_only:
+        args.init = str(out)                           # the draft to measure: its vocabulary, no training
     if args.init:
         try:
             init = FD.read(args.init, engine)
@@ -177,6 +205,10 @@ def train(args) -> Path:
                                      f"batch" if args.corpus_windows else "")
                  + f"; features took {feat_min} min (0 when cached)")
     print(data_desc, file=sys.stderr, flush=True)
+    if args.card_only:
+        recard(out, init, held, ho, rows, tr)
+        print(f"wrote {out / 'README.md'}", file=sys.stderr)
+        return out
     allf = torch.cat([r["feats"][:64].float() for r in tr[:200]])
     scale = allf.std(0).clamp(min=1e-3)
 
@@ -230,14 +262,13 @@ def train(args) -> Path:
                          lambda: losses(fd, *next(data), scale, args.reg, args.ttt_share, gen, args.levels),
                          lambda: acceptance(fd, ho), save, "eagle")
     save(final=True)
-    write_card(out)
+    recard(out, fd, held, ho, rows, tr)
     print(f"wrote {out}", file=sys.stderr)
     return out
 
 
 def write_card(folder: Path) -> Path:
     """README.md for a feature-draft folder, from its draft_config.json (this run's own figures)."""
-    import json
     cfg = json.loads((Path(folder) / D.CONFIG).read_text())
     curve = cfg.get("curve") or []
     last = curve[-1] if curve else {}
@@ -265,6 +296,17 @@ def write_card(folder: Path) -> Path:
              "| step | loss | a1 | a2 | a3 | tokens/pass (k 4, independent) |", "|---|---|---|---|---|---|"]
     lines += [f"| {c.get('step')} | {c.get('loss', '')} | {c.get('a1')} | {c.get('a2')} | {c.get('a3', '')} | "
               f"{c.get('tokens_per_pass_k4')} |" for c in curve]
+    kinds = cfg.get("heldout_by_kind") or {}
+    if kinds:
+        fit = cfg.get("train_fit") or {}
+        lines += ["", "Acceptance per kind of prompt (held-out greedy answers; last row: training greedy answers, the "
+                  "same measure on what the draft was trained on):", "",
+                  "| kind | positions | a1 | a2 | a3 | tokens/pass (k 4, independent) |", "|---|---|---|---|---|---|"]
+        lines += [f"| {k} | {v['positions']} | {v['a1']} | {v['a2']} | {v['a3']} | {v['tokens_per_pass_k4']} |"
+                  for k, v in kinds.items()]
+        if fit:
+            lines.append(f"| training answers | {fit['positions']} | {fit['a1']} | "
+                         f"{fit['a2']} | {fit['a3']} | {fit['tokens_per_pass_k4']} |")
     lines += ["", "Decoding with it is lossless whatever its quality: the target verifies every drafted token over "
               "its full vocabulary; tokens outside the kept vocabulary get probability 0 in q, which rejection "
               "sampling handles exactly."]
@@ -312,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="draft folder (default data/drafts/<model>/eagle)")
     p.add_argument("--work", help="checkpoint and feature folder (default data/work/<model>-eagle)")
     p.add_argument("--teacher-cache", help="folder of the target's cached answers (default data/work/<model>-teacher)")
+    p.add_argument("--card-only", action="store_true",
+                   help="train nothing: measure the draft in --out per kind of prompt (cached answers and features) "
+                        "and rewrite its card")
     p.add_argument("--threads", type=int)
     p.add_argument("--seed", type=int, default=0)
     return p
