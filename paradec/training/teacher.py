@@ -4,11 +4,12 @@
 standard library, disjoint from evals/suites) and the held-out ones, and has the target answer each twice:
 once sampled at the PTP paper's settings (T 0.7, top-k 50, top-p 0.95) and once greedily (the Arena's
 default), in left-padded batches (`sampled_prompts` K: the prompts after the first K are answered greedily
-only, so a larger set costs half as much a prompt). The answers are cached under data/work/<model>-teacher/ (teacher.pt,
-teacher_heldout.pt), per prompt and kind of answer, for one model, length and seed (a larger prompt set answers
-only its new prompts; saved every 96 prompts, so a stopped run keeps its work), so the draft distiller and the PTP trainer
-made for the same target read one set of answers: generating them costs about 40 minutes on 2 CPU cores for
-the default model, and a second trainer pays nothing.
+only, so a larger set costs half as much a prompt). The answers are cached under data/work/<model>-teacher/
+(teacher.pt, teacher_heldout.pt), per prompt and kind of answer, for one model, length and seed (a larger prompt
+set answers only its new prompts; saved every 96 prompts, so a stopped run keeps its work), so the draft distiller
+and the PTP trainer made for the same target read one set of answers: generating them costs about 40 minutes on 2
+CPU cores for the default model (the 512 greedy-only answers past the first 288 prompts: 26 minutes on a Zen 1
+EPYC), and a second trainer pays nothing.
 """
 from __future__ import annotations
 
