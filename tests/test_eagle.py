@@ -162,6 +162,23 @@ def test_training_raises_acceptance(trained):
     assert after["a1"] > 0.3 and after["a2"] > 0.2 and after["a1"] > before["a1"] + 0.25
 
 
+def test_acceptance_counts_the_targets_full_vocabulary(target, trained):
+    """A draft that keeps one token, never the target's argmax on these rows, proposes it everywhere: every
+    proposal is a miss (a measure over the kept vocabulary alone would call each one a hit), and with the full
+    vocabulary back the same layers score what they did."""
+    fd = trained[0]
+    data = ET.features(target, rows_of(target, PROMPTS[:3]), None, "test")
+    head = target.model.get_output_embeddings()
+    with torch.no_grad():
+        seen = set(torch.cat([head(r["feats"].float()).argmax(-1) for r in data]).tolist())
+    never = next(t for t in range(target.vocab_size) if t not in seen)
+    one = FD.FeatureDraft.from_state(target, fd.config_dict(), fd.state(), [never])
+    acc = ET.acceptance(one, data)
+    assert acc["positions"] > 0 and acc["a1"] == acc["a2"] == acc["a3"] == 0.0
+    full = FD.FeatureDraft.from_state(target, fd.config_dict(), fd.state(), fd.kept_ids.tolist())
+    assert ET.acceptance(full, data) == ET.acceptance(fd, data)
+
+
 @pytest.mark.parametrize("adaptive,k", [(False, 3), (False, 6), (True, 4)])
 def test_greedy_equals_ar_token_for_token(target, trained, adaptive, k):
     use(target, trained[0])

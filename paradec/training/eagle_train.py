@@ -21,7 +21,8 @@ next token's embedding. Its data are the target's own hidden states:
 4. AdamW, warm-up and cosine decay, checkpointed every --ckpt-every steps (resumable). Every --eval-every steps,
    on the held-out greedy answers: the share of positions where the draft's argmax is the target's token, reading
    true features (a1: the first proposal of a step), reading its own predicted feature (a2: the second) and a
-   prediction made from a prediction (a3: the third and later).
+   prediction made from a prediction (a3: the third and later); the target's token is its argmax over the full
+   vocabulary, so a token the draft does not keep counts as a miss.
 """
 from __future__ import annotations
 
@@ -113,14 +114,16 @@ def losses(fd: FD.FeatureDraft, fin, toks, ftgt, mask, scale, reg: float, ttt_sh
 def acceptance(fd: FD.FeatureDraft, rows: list[dict]) -> dict:
     """On held-out rows (answer positions): a1 = draft argmax reading the true f_j == the target's argmax at j+1
     (the first proposal of a step), a2 = the same reading its own predicted f^_j (the second proposal), a3 =
-    reading the prediction made from a prediction (the third and later)."""
+    reading the prediction made from a prediction (the third and later). The target's argmax is over its full
+    vocabulary (a token outside the draft's kept ones counts as a miss, as in decoding)."""
+    head = fd.target.model.get_output_embeddings()
     hit = [0, 0, 0]
     tot = 0
     for r in rows:
         fin, toks, ftgt, mask = make_batch([r])
         if not mask.any():
             continue
-        tgt = fd.kept_ids[fd.kept_logits(ftgt[mask]).argmax(-1)]
+        tgt = head(ftgt[mask].to(head.weight.dtype)).argmax(-1)
         inp = fin
         for i in range(3):
             h = fd.hidden(inp, toks)
