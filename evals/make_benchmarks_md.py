@@ -571,6 +571,17 @@ conversation 1.21x -> 1.16x, math 1.26x -> 1.27x, rag 1.37x both, 0 mismatches:
 
 {section("eagle-more-data-suites-zen1.md")}
 """
+    if (B / "eagle-1200-suites-zen1.md").exists():
+        text += f"""
+Session 30 continued it on 1,200 training prompts (400 more, greedy answers; held-out a1 0.617 -> 0.639, 0.633
+against the full vocabulary; on 16 held-out training prompts 2.23 -> 2.37 tokens per pass, 1.41x -> 1.45x,
+docs/bench/eagle-1200-tune-zen1.md). The same suites, same Zen 1 EPYC, `ar` and `eagle` in one run; against
+session 29's run above: overall 1.17x -> 1.19x (tokens per pass 1.81 -> 1.82), code 1.21x -> 1.25x, conversation
+1.16x -> 1.23x, code-edit 1.57x -> 1.52x, summarization 1.07x -> 1.03x, 0 mismatches (single runs: a few hundredths
+either way is within run-to-run noise here):
+
+{section("eagle-1200-suites-zen1.md")}
+"""
     if chain.exists():
         text += f"""
 Drafting a chain (`tree=false`, k by sps's cost rule), the first run, on another machine:
