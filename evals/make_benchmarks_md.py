@@ -591,6 +591,16 @@ Drafting a chain (`tree=false`, k by sps's cost rule), the first run, on another
     return text
 
 
+def sps_hfa_zen1_line() -> str:
+    """A pointer to `sps` beside `hf-assisted` on a Zen 1 EPYC (docs/bench/sps-hf-assisted-zen1.md), with its
+    verdict paragraph."""
+    page = B / "sps-hf-assisted-zen1.md"
+    if not page.exists():
+        return ""
+    verdict = page.read_text().split("\n\n")[-1].strip()
+    return f"\n{verdict} [docs/bench/sps-hf-assisted-zen1.md](docs/bench/sps-hf-assisted-zen1.md).\n"
+
+
 def soft_draft_line() -> str:
     """A pointer to the soft-target draft experiment (docs/bench/draft-soft-targets.md), with its verdict line."""
     page = B / "draft-soft-targets.md"
@@ -767,7 +777,7 @@ costs ([docs/bench/sps-rules.md](docs/bench/sps-rules.md)). The draft's cost aga
 (`python evals/draft_cost.py`):
 
 {draft_cost}
-{soft_draft_line()}
+{soft_draft_line()}{sps_hfa_zen1_line()}
 {eagle_part()}
 {("Skeleton-of-Thought on the list-style suite (same run as the `lists` row above):" + chr(10) + chr(10) + sot_rows) if sot_rows else ""}
 
