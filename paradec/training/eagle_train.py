@@ -140,8 +140,8 @@ def acceptance(fd: FD.FeatureDraft, rows: list[dict]) -> dict:
 def report(fd: FD.FeatureDraft, held: list[dict], ho: list[dict], rows: list[dict], tr: list[dict],
            fit_rows: int = 72) -> dict:
     """The card's acceptance per kind of prompt (held-out greedy answers) and, on `fit_rows` of the training
-    greedy answers (every n-th, so spread over the set), the same figures the draft reaches on what it was trained on: the gap
-    between the two is how much it memorised rather than learned."""
+    greedy answers (every n-th, so spread over the set), the same figures the draft reaches on what it was
+    trained on: the gap between the two is how much it memorised rather than learned."""
     def grouped(src, feats):
         g: dict[str, list] = {}
         for r, f in zip(src, feats):
