@@ -582,6 +582,17 @@ either way is within run-to-run noise here):
 
 {section("eagle-1200-suites-zen1.md")}
 """
+    if (B / "eagle-1700-suites-zen1.md").exists():
+        text += f"""
+Session 31 continued it on 1,700 training prompts (500 more, greedy answers; held-out a1 0.633 -> 0.641, a2 0.484
+-> 0.502, both against the full vocabulary; on 16 held-out training prompts 2.34 -> 2.36 tokens per pass, 1.37x ->
+1.38x, docs/bench/eagle-1700-tune-zen1.md). The same suites, same Zen 1 EPYC, `ar` and `eagle` in one run; against
+session 30's run above: tokens per pass 1.82 -> 1.85 overall (code 1.68 -> 1.88, conversation 1.56 -> 1.65, math
+1.94 -> 1.84), speed-up 1.19x -> 1.17x overall, code 1.25x -> 1.23x, 0 mismatches: no speed change beyond this
+machine's run-to-run noise (`ar` itself 8.8 -> 8.5 tokens/s between the two runs):
+
+{section("eagle-1700-suites-zen1.md")}
+"""
     if chain.exists():
         text += f"""
 Drafting a chain (`tree=false`, k by sps's cost rule), the first run, on another machine:
