@@ -12,8 +12,14 @@ hidden, `norm` a copy of the target's final norm; the input embeddings and the L
 (frozen, taken at load), the head restricted to a trimmed vocabulary as in paradec/draft.py (FR-Spec): full-
 vocabulary logits with -inf outside the kept tokens, so q stays a proper distribution and rejection sampling
 exact. Drafting k tokens: the first draft pass reads true target features; later passes read the draft's own
-f^ (the training teaches both: paradec/training/eagle_train.py). The folder holds fc, the layer and the norm
-(bfloat16) plus the kept ids:
+f^ (the training teaches both: paradec/training/eagle_train.py).
+
+With `aux_layers` (EAGLE-3's fused features, Li et al. 2025) the true feature of a position also carries what the
+target's layers a_1, a_2, ... read there (each one's input norm output: the residual stream after a layers,
+normalised as that layer sees it): f_j = [final ; aux_1 ; aux_2 ...], and fc maps (2 + len(aux)) x hidden to hidden.
+A predicted f^ has no such parts: they are read as zeros, which is also how the draft is trained on its own
+predictions. A draft widened from one without aux layers starts with zero weights on them, so it decodes exactly
+as before until trained. The folder holds fc, the layer and the norm (bfloat16) plus the kept ids:
 
     data/drafts/<target>/eagle/draft.safetensors, draft_config.json, README.md
 """
@@ -49,22 +55,33 @@ def is_feature_draft_dir(path) -> bool:
 
 
 @contextmanager
-def capture(engine):
+def capture(engine, aux: tuple[int, ...] | list[int] = ()):
     """Within the block, every forward pass of `engine` leaves its final hidden states (B, T, hidden: the final
-    norm's output, over every position the pass fed) in the yielded list's last entry. A hook on the final norm
-    (not on the model), so the engine's lean pass (paradec/fastpath.py) still runs; hold it around the passes
-    that need it only, and only this thread's passes are kept."""
+    norm's output, over every position the pass fed) in the yielded list's last entry; with `aux` layers, followed
+    along the last dimension by each of those layers' input norm output (B, T, (1 + len(aux)) x hidden). Hooks on
+    norms (not on the model), so the engine's lean pass (paradec/fastpath.py) still runs; hold it around the
+    passes that need it only, and only this thread's passes are kept."""
     got: list[torch.Tensor] = []
+    parts: dict[int, torch.Tensor] = {}
     me = threading.get_ident()
+    dec = D._decoder(engine.model)
 
     def keep(_m, _i, out):
         if threading.get_ident() == me:      # another thread's pass on the same model is not ours
-            got.append(out)
-    h = D._decoder(engine.model).norm.register_forward_hook(keep)
+            got.append(torch.cat([out] + [parts.pop(a) for a in aux], -1) if aux else out)
+
+    def keep_aux(a):
+        def hook(_m, _i, out):
+            if threading.get_ident() == me:
+                parts[a] = out
+        return hook
+    hooks = [dec.norm.register_forward_hook(keep)]
+    hooks += [dec.layers[a].input_layernorm.register_forward_hook(keep_aux(a)) for a in aux]
     try:
         yield got
     finally:
-        h.remove()
+        for h in hooks:
+            h.remove()
 
 
 class _Net(nn.Module):
@@ -77,9 +94,10 @@ class _Net(nn.Module):
 class FeatureDraft:
     """fc + one decoder layer + norm over (target feature, next token embedding) pairs; the target's head rows."""
 
-    def __init__(self, target_engine, net: _Net, kept: list[int], source: int):
+    def __init__(self, target_engine, net: _Net, kept: list[int], source: int, aux: list[int] | None = None):
         self.target = target_engine
         self.net = net
+        self.aux = [int(a) for a in (aux or [])]
         self.kept_ids = torch.tensor(kept, dtype=torch.long)
         self.source = int(source)
         self._to_kept = torch.full((int(target_engine.vocab_size),), -1, dtype=torch.long)
@@ -90,7 +108,7 @@ class FeatureDraft:
     # ------------------------------------------------------------ building
     @classmethod
     def _assemble(cls, engine, layer: nn.Module, norm: nn.Module, fc: nn.Linear, kept: list[int],
-                  source: int) -> "FeatureDraft":
+                  source: int, aux: list[int] | None = None) -> "FeatureDraft":
         shell = D.Draft._shell(engine, 1, layer.mlp.down_proj.in_features)
         dec, tdec = D._decoder(shell), D._decoder(engine.model)
         dec.embed_tokens = tdec.embed_tokens                 # shared, not copied (the token half of the input)
@@ -104,7 +122,7 @@ class FeatureDraft:
         shell.lm_head = D.TrimmedHead(rows, kept_t, engine.vocab_size)
         net = _Net(shell, fc.to(engine.dtype))
         net.to(engine.device).eval()
-        return cls(engine, net, kept, source)
+        return cls(engine, net, kept, source, aux)
 
     @classmethod
     def from_target(cls, engine, kept: list[int], source: int = -1) -> "FeatureDraft":
@@ -124,15 +142,45 @@ class FeatureDraft:
             p.requires_grad_(True)
         return d
 
+    def widen(self, aux: list[int]) -> "FeatureDraft":
+        """Give a draft without aux layers the target layers `aux` as extra inputs (module docstring): fc gains
+        zero weights for them, so the draft's outputs are unchanged until it is trained."""
+        if self.aux:
+            raise ValueError(f"this draft already reads aux layers {self.aux}")
+        n = int(self.target.model.config.num_hidden_layers)
+        bad = [a for a in aux if not 0 < int(a) < n]
+        if bad or len(set(aux)) != len(aux):
+            raise ValueError(f"aux layers must be distinct and lie in 1..{n - 1}, got {list(aux)}")
+        old, hsz = self.net.fc, int(self.target.model.config.hidden_size)
+        fc = nn.Linear((2 + len(aux)) * hsz, hsz, bias=True, dtype=old.weight.dtype, device=old.weight.device)
+        with torch.no_grad():
+            fc.weight.zero_()
+            fc.weight[:, :hsz] = old.weight[:, :hsz]              # the final feature's columns
+            fc.weight[:, -hsz:] = old.weight[:, hsz:]             # the token embedding's columns
+            fc.bias.copy_(old.bias)
+        fc.weight.requires_grad_(old.weight.requires_grad)
+        fc.bias.requires_grad_(old.bias.requires_grad)
+        self.net.fc = fc
+        self.aux = [int(a) for a in aux]
+        return self
+
     # ------------------------------------------------------------ use
     def trainable(self) -> list[nn.Parameter]:
         dec = D._decoder(self.net.shell)
         return list(self.net.fc.parameters()) + list(dec.layers.parameters()) + list(dec.norm.parameters())
 
     def inputs(self, feats: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """fc([f_j ; emb(t_{j+1})]): feats (B, T, hidden), tokens (B, T) -> (B, T, hidden)."""
+        """fc([f_j ; emb(t_{j+1})]): feats (B, T, hidden) or, with aux layers, (B, T, (1 + len(aux)) x hidden)
+        (a feature of hidden width, a prediction, reads zeros for the aux parts), tokens (B, T) -> (B, T, hidden)."""
         emb = D._decoder(self.net.shell).embed_tokens(tokens.to(feats.device))
-        return self.net.fc(torch.cat([feats.to(emb.dtype), emb], -1))
+        return self.net.fc(torch.cat([self.full(feats).to(emb.dtype), emb], -1))
+
+    def full(self, feats: torch.Tensor) -> torch.Tensor:
+        """feats at the draft's input width: a prediction (hidden wide) gets zeros for the aux parts."""
+        hsz = self.net.fc.out_features
+        if not self.aux or feats.shape[-1] != hsz:
+            return feats
+        return torch.cat([feats, feats.new_zeros(*feats.shape[:-1], len(self.aux) * hsz)], -1)
 
     def hidden(self, feats: torch.Tensor, tokens: torch.Tensor, cache=None, positions=None, mask=None
                ) -> torch.Tensor:
@@ -177,7 +225,8 @@ class FeatureDraft:
         return {"format": FORMAT, "version": 1, "base_model": self.target.name,
                 "hidden_size": int(self.target.model.config.hidden_size),
                 "vocab_size": int(self.target.vocab_size), "source_layer": self.source,
-                "intermediate_size": int(layer.mlp.down_proj.in_features), "kept_tokens": len(self.kept_ids)}
+                "intermediate_size": int(layer.mlp.down_proj.in_features), "kept_tokens": len(self.kept_ids),
+                "aux_layers": list(self.aux)}
 
     def state(self) -> dict:
         dec = D._decoder(self.net.shell)
@@ -194,8 +243,9 @@ class FeatureDraft:
             D._prune_mlp(layer.mlp, torch.arange(cfg["intermediate_size"]))
         norm = copy.deepcopy(D._decoder(engine.model).norm)
         hsz = int(engine.model.config.hidden_size)
-        fc = nn.Linear(2 * hsz, hsz, bias=True, dtype=engine.dtype)
-        d = cls._assemble(engine, layer, norm, fc, kept, cfg["source_layer"])
+        aux = [int(a) for a in cfg.get("aux_layers") or []]
+        fc = nn.Linear((2 + len(aux)) * hsz, hsz, bias=True, dtype=engine.dtype)
+        d = cls._assemble(engine, layer, norm, fc, kept, cfg["source_layer"], aux)
         dec = D._decoder(d.net.shell)
 
         def part(prefix):

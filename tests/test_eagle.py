@@ -620,3 +620,105 @@ def test_a_useless_draft_gets_plain_steps_and_the_output_stays_ar(target):
     assert toks == ref
     plain = [s for s in steps[1:] if s.draft_passes == 0]
     assert len(plain) > len(steps) // 2 and any(s.draft_passes for s in steps[1:])
+
+
+# ------------------------------------------------------------ aux layers (EAGLE-3's fused features)
+
+def test_aux_capture_at_decoding_equals_the_trainers_aux_features(target):
+    """The parts `capture` appends for aux layers are what those layers' input norms read (the residual stream
+    after that many layers, normalised), and the trainer's early-stopped passes (`aux_features`) give the same
+    numbers for the same row: the draft is trained on what it reads when decoding."""
+    ids = target.encode(Request(prompt="def f(x):"))
+    with FD.capture(target, [1, 3]) as got, torch.no_grad():
+        target.forward(ids, target.new_cache())
+        out = target.model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+    g = got[0][0]
+    assert g.shape == (len(ids), 3 * 64)
+    dec = target.model.model
+    assert torch.allclose(g[:, :64], dec.norm(out.hidden_states[-1][0]), atol=1e-4)
+    for j, a in enumerate([1, 3]):
+        assert torch.allclose(g[:, 64 * (j + 1):64 * (j + 2)], dec.layers[a].input_layernorm(out.hidden_states[a][0]),
+                              atol=1e-4)
+    rows = ET.aux_features(target, [(ids, 0)], [1, 3], None, "test")
+    assert torch.allclose(rows[0]["aux"].float(), g[:, 64:], atol=0.02 * float(g[:, 64:].abs().max()))  # bfloat16
+
+
+def test_widened_draft_decodes_as_before_until_trained(target, trained):
+    """`widen` adds zero weights for the aux inputs: whatever the aux parts hold, the draft's outputs are the
+    unwidened draft's; predictions (hidden wide) read zeros there."""
+    fd = trained[0]
+    wide = FD.FeatureDraft.from_state(target, fd.config_dict(), fd.state(), fd.kept_ids.tolist()).widen([1, 2])
+    assert wide.config_dict()["aux_layers"] == [1, 2] and wide.net.fc.in_features == 4 * 64
+    x, t = torch.randn(1, 5, 64), torch.tensor([[3, 4, 5, 6, 7]])
+    with torch.no_grad():
+        a = fd.kept_logits(fd.hidden(x, t))
+        b = wide.kept_logits(wide.hidden(torch.cat([x, 5 * torch.randn(1, 5, 128)], -1), t))
+        c = wide.kept_logits(wide.hidden(x, t))
+    assert torch.allclose(a, b, atol=1e-3) and torch.allclose(a, c, atol=1e-3)
+    with pytest.raises(ValueError, match="already"):
+        wide.widen([3])
+    for bad in ([0], [4], [2, 2]):
+        with pytest.raises(ValueError, match="aux layers"):
+            FD.FeatureDraft.from_target(target, fd.kept_ids.tolist()).widen(bad)
+
+
+@pytest.fixture(scope="module")
+def trained_aux(target, trained):
+    """The trained draft widened to read layers 1 and 2 and trained on briefly, so the aux weights are not zero."""
+    torch.manual_seed(1)
+    fd0 = trained[0]
+    fd = FD.FeatureDraft.from_state(target, fd0.config_dict(), fd0.state(), fd0.kept_ids.tolist()).widen([1, 2])
+    seqs = rows_of(target, PROMPTS)
+    data = ET.with_aux(ET.features(target, seqs, None, "test"), ET.aux_features(target, seqs, [1, 2], None, "test"))
+    scale = torch.cat([r["feats"].float() for r in data]).std(0).clamp(min=1e-3)
+    opt = torch.optim.AdamW(fd.trainable(), lr=1e-3)
+    batches = ET.batches([(data, 1.0)], 4, random.Random(1))
+    for _ in range(30):
+        loss, _parts = ET.losses(fd, *next(batches), scale, 0.2, 0.5, torch.Generator().manual_seed(1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert float(fd.net.fc.weight[:, 64:192].detach().abs().max()) > 1e-3      # the aux inputs are read now
+    return fd.prepare(), ET.acceptance(fd, data)
+
+
+@pytest.mark.parametrize("params", [CHAIN5, {"adaptive": False}])
+def test_aux_draft_greedy_equals_ar_token_for_token(target, trained_aux, params):
+    """Lossless with a draft that reads aux layers, and its first proposals of a step read the target's true aux
+    parts (features 3 x hidden wide), its later ones its own predictions (hidden wide)."""
+    fd = trained_aux[0]
+    use(flat_costs(target), fd)
+    widths = []
+    full = fd.full
+    fd.full = lambda feats: widths.append(feats.shape[-1]) or full(feats)
+    accepted = 0
+    try:
+        for p in PROMPTS[:3] + ["Something the draft never saw: 42 * 17 ="]:
+            ref, _ = run(target, "ar", p)
+            toks, steps = run(target, "eagle", p, params=params)
+            assert toks == ref, p
+            accepted += sum(s.accepted for s in steps)
+    finally:
+        del fd.full
+        target.extras.pop("pass_costs", None)
+        target.extras.pop("eagle", None)
+    assert accepted > 20 and trained_aux[1]["a1"] > 0.3
+    assert set(widths) == {64, 3 * 64}
+
+
+def test_aux_draft_save_load_round_trip(target, trained_aux, tmp_path):
+    fd = trained_aux[0]
+    fd.save(tmp_path / "d")
+    loaded = FD.load(tmp_path / "d", target)
+    assert loaded.aux == [1, 2] and loaded.meta["aux_layers"] == [1, 2]
+    x, t = torch.randn(1, 5, 3 * 64), torch.tensor([[3, 4, 5, 6, 7]])
+    with torch.no_grad():
+        a = fd.kept_logits(fd.hidden(x, t))
+        b = loaded.kept_logits(loaded.hidden(x, t))
+    assert torch.allclose(a, b, atol=0.05 * float(a.abs().max()))      # saved in bfloat16
+
+
+def test_trainer_refuses_bad_aux_layers(capsys):
+    with pytest.raises(SystemExit):
+        ET.main(["--aux-layers", "6,x"])
+    assert "must" in capsys.readouterr().err

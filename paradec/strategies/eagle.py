@@ -7,7 +7,8 @@ last target pass settled (one draft pass, usually a few positions wide) and prop
 proposal reads the draft's own predicted feature (one draft pass each); then one target pass over the uncached
 tokens plus the k proposals verifies them exactly as `sps` does (`verification.greedy`: longest prefix equal to
 the target's argmax, so the output is `ar`'s; `verification.rejection` when sampling: distributed exactly as
-the target's), and leaves the true features of what it accepted for the next step. The draft's cache keeps only
+the target's), and leaves the true features of what it accepted for the next step (with a draft that reads aux
+layers, EAGLE-3's fused features, those layers' parts too: `feature_draft.capture`). The draft's cache keeps only
 positions it read with true features. The first step is a plain target pass over the prompt (there are no
 features before it). k follows the same cost rule as `sps` (`speculative.CostRule`): the running acceptance
 rate against the target's measured pass costs and the draft's measured step cost; k may be 0 (a plain step).
@@ -352,7 +353,7 @@ class Eagle(Strategy):
                             h = fd.hidden(h, torch.tensor([[x]]), dcache)
             draft_seconds = time.perf_counter() - t0 if timed else None
             base, fed = len(seq), engine.cache_len(tcache)
-            with FD.capture(engine) as got:
+            with FD.capture(engine, fd.aux) as got:
                 logits = engine.forward(seq[fed:] + proposals, tcache, logits_to_keep=kk + 1, upcast=False)[0]
             v = verification.draft_verdict(proposals, qs, logits, sp, rng)
             engine.crop(tcache, base + v.accepted)
@@ -402,7 +403,7 @@ class Eagle(Strategy):
                 tree = choose(grown, base - fed, lambda w: spent + passcost.cost_at(costs, w),
                               p["nodes"] + len(copy))
             P, n = base - fed, len(tree.tokens)
-            with FD.capture(engine) as got:
+            with FD.capture(engine, fd.aux) as got:
                 if n:
                     positions = torch.tensor([list(range(fed, base)) + [base - 1 + d for d in tree.depths]])
                     logits = engine.forward(seq[fed:] + tree.tokens, tcache, positions,

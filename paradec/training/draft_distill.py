@@ -126,9 +126,10 @@ def corpus_windows(engine, n: int, max_len: int, seed: int) -> list[list[int]]:
 
 @torch.no_grad()
 def teacher_forced(engine, seqs: list[tuple[list[int], int]], per_row, key: dict, cache: Path | None, label: str,
-                   batch: int = 8) -> list[dict]:
+                   batch: int = 8, forward=None) -> list[dict]:
     """Each (ids, first) with what `per_row(h, ids, first)` (a dict) makes of the target's final hidden states h
-    (len(ids), hidden) over that row: one teacher-forced pass per row, in right-padded batches of similar length.
+    (len(ids), hidden) over that row (or of what `forward(input_ids)` returns, (B, L, ...), when given): one
+    teacher-forced pass per row, in right-padded batches of similar length.
     Cached in `cache` (when given) per (ids, first) under `key`, saved as it goes; returns
     [{"ids", "first", **per_row(...)}] in the order of `seqs`."""
     from tqdm import tqdm
@@ -153,7 +154,8 @@ def teacher_forced(engine, seqs: list[tuple[list[int], int]], per_row, key: dict
         x = torch.zeros(len(part), L, dtype=torch.long)
         for i, (ids, _f) in enumerate(part):
             x[i, :len(ids)] = torch.tensor(ids)       # right padding: causal attention never reads it
-        h = D._decoder(engine.model)(input_ids=x.to(engine.device), use_cache=False).last_hidden_state
+        x = x.to(engine.device)
+        h = forward(x) if forward else D._decoder(engine.model)(input_ids=x, use_cache=False).last_hidden_state
         for i, (ids, first) in enumerate(part):
             have[(ids, first)] = per_row(h[i, :len(ids)], ids, first)
         if time.time() - last > 120:

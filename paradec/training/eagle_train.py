@@ -54,20 +54,65 @@ def features(engine, seqs: list[tuple[list[int], int]], cache: Path | None, labe
                           f"features, {label}", batch)
 
 
+class _Stop(Exception):
+    pass
+
+
+def aux_features(engine, seqs: list[tuple[list[int], int]], layers: list[int], cache: Path | None, label: str,
+                 batch: int = 8) -> list[dict]:
+    """Each (ids, first) with the input norm outputs of the target's layers `layers` at every position ("aux":
+    (L, len(layers) x hidden), bfloat16), the pass stopped after the deepest of them. Cached as `features`."""
+    dec = D._decoder(engine.model)
+
+    def forward(x):
+        got = {}
+
+        def keep(a):
+            def hook(_m, _i, out):
+                got[a] = out
+                if a == max(layers):
+                    raise _Stop
+            return hook
+        hooks = [dec.layers[a].input_layernorm.register_forward_hook(keep(a)) for a in layers]
+        try:
+            dec(input_ids=x, use_cache=False)
+        except _Stop:
+            pass
+        finally:
+            for h in hooks:
+                h.remove()
+        return torch.cat([got[a] for a in layers], -1)
+    return teacher_forced(engine, seqs, lambda h, _ids, _first: {"aux": h.to(torch.bfloat16).cpu().clone()},
+                          {"model": engine.name, "dtype": str(engine.dtype), "rows": "aux", "layers": list(layers)},
+                          cache, f"aux features, {label}", batch, forward)
+
+
+def with_aux(rows: list[dict], aux: list[dict]) -> list[dict]:
+    """`features` rows with their `aux_features` ("aux") added (the same (ids, first) in the same order)."""
+    for r, a in zip(rows, aux):
+        assert r["ids"] == a["ids"] and r["first"] == a["first"]
+        r["aux"] = a["aux"]
+    return rows
+
+
 def make_batch(pick: list[dict]):
-    """Right-padded (feats (B, L-1, H) f_j, tokens (B, L-1) t_{j+1}, target feats (B, L-1, H) f_{j+1},
-    mask (B, L-1): positions j with j + 1 inside the row and j + 1 >= first)."""
+    """Right-padded (feats (B, L-1, H') f_j, tokens (B, L-1) t_{j+1}, target feats (B, L-1, H) f_{j+1},
+    mask (B, L-1): positions j with j + 1 inside the row and j + 1 >= first). H' = H, or with aux features
+    (rows with "aux") H + their width: f_j followed by the aux parts."""
     L = max(len(r["ids"]) for r in pick)
     H = pick[0]["feats"].shape[-1]
-    f = torch.zeros(len(pick), L, H)
+    A = pick[0]["aux"].shape[-1] if "aux" in pick[0] else 0
+    f = torch.zeros(len(pick), L, H + A)
     ids = torch.zeros(len(pick), L, dtype=torch.long)
     mask = torch.zeros(len(pick), L - 1, dtype=torch.bool)
     for i, r in enumerate(pick):
         n = len(r["ids"])
-        f[i, :n] = r["feats"].float()
+        f[i, :n, :H] = r["feats"].float()
+        if A:
+            f[i, :n, H:] = r["aux"].float()
         ids[i, :n] = torch.tensor(r["ids"])
         mask[i, max(0, r["first"] - 1):n - 1] = True
-    return f[:, :-1], ids[:, 1:], f[:, 1:], mask
+    return f[:, :-1], ids[:, 1:], f[:, 1:, :H], mask
 
 
 def batches(groups: list[tuple[list[dict], float]], batch: int, rng: random.Random):
@@ -78,8 +123,12 @@ def batches(groups: list[tuple[list[dict], float]], batch: int, rng: random.Rand
 
 def shifted(fin, h):
     """The input features a draft pass reads when it drafts on from its own outputs: at position j the draft's
-    prediction made at j - 1 (position 0 keeps its true feature)."""
-    return torch.cat([fin[:, :1], h[:, :-1].detach().to(fin.dtype)], 1)
+    prediction made at j - 1, zeros for any aux parts (a prediction has none); position 0 keeps its true
+    feature."""
+    h = h[:, :-1].detach().to(fin.dtype)
+    if h.shape[-1] < fin.shape[-1]:
+        h = torch.cat([h, h.new_zeros(*h.shape[:-1], fin.shape[-1] - h.shape[-1])], -1)
+    return torch.cat([fin[:, :1], h], 1)
 
 
 def losses(fd: FD.FeatureDraft, fin, toks, ftgt, mask, scale, reg: float, ttt_share: float,
@@ -183,6 +232,9 @@ def train(args) -> Path:
         kept = init.kept_ids.tolist()                  # the vocabulary it was trained with
     else:
         kept = choose_vocab(rows, args.vocab, set(engine.eos_ids), corpus_fill(engine, args.fill_chars))
+    aux = args.aux_layers if args.aux_layers is not None and not args.card_only else (init.aux if init else [])
+    if init is not None and init.aux and init.aux != aux:
+        raise SystemExit(f"--aux-layers {aux}: the draft in {args.init} reads layers {init.aux}")
     cov = {"train": round(coverage(rows, kept), 4), "heldout": round(coverage(ans.held, kept), 4)}
     print(f"vocabulary {len(kept)}: coverage of answer tokens train {cov['train']}, held-out {cov['heldout']}",
           file=sys.stderr)
@@ -194,11 +246,20 @@ def train(args) -> Path:
                   "answers")
     ho = features(teach, [answer_span(r, args.max_len) for r in held], work / f"features_heldout_{dt}.pt",
                   "held-out")
+    if aux:
+        tag = "-".join(map(str, aux))
+        with_aux(tr, aux_features(teach, [answer_span(r, args.max_len) for r in rows], aux,
+                                  work / f"aux{tag}_answers_{dt}.pt", "answers"))
+        with_aux(ho, aux_features(teach, [answer_span(r, args.max_len) for r in held], aux,
+                                  work / f"aux{tag}_heldout_{dt}.pt", "held-out"))
     groups = [(tr, 1.0 - args.corpus_share if args.corpus_windows else 1.0)]
     if args.corpus_windows:
         wins = corpus_windows(teach, args.corpus_windows, args.max_len, args.seed)
-        groups.append((features(teach, [(w, 0) for w in wins], work / f"features_corpus_{dt}.pt", "corpus"),
-                       args.corpus_share))
+        cw = features(teach, [(w, 0) for w in wins], work / f"features_corpus_{dt}.pt", "corpus")
+        if aux:
+            with_aux(cw, aux_features(teach, [(w, 0) for w in wins], aux, work / f"aux{tag}_corpus_{dt}.pt",
+                                      "corpus"))
+        groups.append((cw, args.corpus_share))
     feat_min = round((time.time() - t0) / 60, 1)
     if teach is not engine:
         del teach
@@ -206,6 +267,8 @@ def train(args) -> Path:
                  f"those answers" + (f" and of {len(groups[-1][0])} windows of up to {args.max_len} tokens of the "
                                      f"training corpus (training modules only), {args.corpus_share:.0%} of each "
                                      f"batch" if args.corpus_windows else "")
+                 + (f", with the input norm outputs of its layers {', '.join(map(str, aux))} beside them"
+                    if aux else "")
                  + f"; features took {feat_min} min (0 when cached)")
     print(data_desc, file=sys.stderr, flush=True)
     if args.card_only:
@@ -219,7 +282,7 @@ def train(args) -> Path:
     st = checkpoint.load(ckpt)
     struct = {"source": args.source, "kept": kept, "reg": args.reg, "ttt": args.ttt_share, "levels": args.levels,
               "corpus_windows": args.corpus_windows, "corpus_share": args.corpus_share,
-              "init": str(Path(args.init).resolve()) if args.init else None}
+              "init": str(Path(args.init).resolve()) if args.init else None, "aux": aux}
     if st is not None and st.get("struct") == struct:
         fd = FD.FeatureDraft.from_state(engine, st["config"], st["draft"], kept)
         print(f"resuming from step {st['step']}", file=sys.stderr)
@@ -229,6 +292,12 @@ def train(args) -> Path:
     else:
         st = None
         fd = FD.FeatureDraft.from_target(engine, kept, args.source)
+    if st is None and fd.aux != aux:
+        try:
+            fd.widen(aux)                              # zero weights on the new inputs: starts where it was
+        except ValueError as e:
+            raise SystemExit(f"--aux-layers: {e}") from e
+        print(f"reading the target's layers {aux} besides its final hidden state", file=sys.stderr)
     for prm in engine.model.parameters():
         prm.requires_grad_(False)
     params = fd.trainable()
@@ -277,8 +346,11 @@ def write_card(folder: Path) -> Path:
     last = curve[-1] if curve else {}
     size = (Path(folder) / D.WEIGHTS).stat().st_size
     lines = [f"# Feature-level (EAGLE) draft for `{cfg['base_model']}`", "",
-             "The draft `eagle` decodes with (paradec/feature_draft.py): fc(2 x hidden -> hidden) over the target's "
-             "final hidden state and the next token's embedding, one decoder layer (initialised from the target's "
+             "The draft `eagle` decodes with (paradec/feature_draft.py): fc("
+             + (f"{2 + len(cfg['aux_layers'])} x hidden -> hidden) over the target's final hidden state, the input "
+                f"norm outputs of its layers {', '.join(map(str, cfg['aux_layers']))} (EAGLE-3's fused features)"
+                if cfg.get("aux_layers") else "2 x hidden -> hidden) over the target's final hidden state")
+             + " and the next token's embedding, one decoder layer (initialised from the target's "
              f"layer {cfg['source_layer']}, MLP {cfg['intermediate_size']}), the target's final norm (trained), and "
              f"the target's head rows for {cfg['kept_tokens']} tokens (coverage of answer tokens: "
              f"{cfg.get('vocab_coverage')}). File: {size / 1e6:.1f} MB (bfloat16).", "",
@@ -324,6 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
                                             "target's own hidden states.")
     p.add_argument("--model", default=None, help="target model (default: the default model)")
     p.add_argument("--source", type=int, default=-1, help="target layer the draft's layer starts from (-1 = last)")
+    p.add_argument("--aux-layers",
+                   help="comma-separated target layers whose input norm outputs the draft reads besides the final "
+                        "hidden state (EAGLE-3's fused features; e.g. 6,12); default: those of --init, else none")
     p.add_argument("--vocab", type=int, default=16384, help="draft vocabulary size (most frequent answer tokens)")
     p.add_argument("--fill-chars", type=int, default=3_000_000,
                    help="corpus characters whose frequent tokens fill the vocabulary after the answers' and prompts'")
@@ -376,6 +451,11 @@ def main(argv: list[str]) -> int:
         parser.error(f"--ttt-share must lie between 0 and 1, got {args.ttt_share}")
     if not 1 <= args.levels <= 6:
         parser.error(f"--levels must lie between 1 and 6, got {args.levels}")
+    try:
+        args.aux_layers = ([int(a) for a in args.aux_layers.split(",") if a.strip()]
+                           if args.aux_layers is not None else None)
+    except ValueError:
+        parser.error(f"--aux-layers must be comma-separated layer numbers, got {args.aux_layers!r}")
     args.argv = list(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
