@@ -318,3 +318,71 @@ def test_train_command_on_random_tiny_folder(tmp_path):
     # bad arguments are refused with a message, not a traceback
     assert T.train_lud_main(["--model", str(folder), "--k", "1"]) == 2
     assert T.train_lud_main(["--model", str(tmp_path / "missing")]) == 2
+
+
+# ------------------------------------------------------------------ lud-verified (lossless)
+
+@pytest.fixture(scope="module")
+def looping_with_pads():
+    """A random model with small weights, which soon repeats its tokens, and LUD parameters whose pad slots read
+    like its most repeated token: their guesses are often right and often wrong."""
+    e = random_engine(0, init=0.1)
+    ar = _tokens(e, "ar", PROMPTS[0], max_new_tokens=30, ignore_eos=True)
+    t = max(set(ar.token_ids), key=ar.token_ids.count)
+    ad = LUDAdapter(e.model, LUDConfig(k=4, base=base_signature(e.model))).eval().requires_grad_(False)
+    with torch.no_grad():
+        ad.pad_embedding.copy_(e.model.model.embed_tokens.weight[t])
+        ad.stop_bias.fill_(-1e4)
+    e.extras["lud"] = ad
+    return e
+
+
+def test_verified_lud_is_ar_token_for_token_where_lud_is_not(looping_with_pads):
+    eng = looping_with_pads
+    changed = accepted = refused = 0
+    for p in PROMPTS:
+        ar = _tokens(eng, "ar", p, max_new_tokens=30, ignore_eos=True)
+        lud = _tokens(eng, "lud", p, {"threshold": 0.0, "k": 4, "max_repeat": 0}, max_new_tokens=30, ignore_eos=True)
+        v = _tokens(eng, "lud-verified", p, {"threshold": 0.0, "k": 4}, max_new_tokens=30, ignore_eos=True)
+        assert v.token_ids == ar.token_ids, p
+        changed += lud.token_ids != ar.token_ids
+        f = v.figures()
+        assert f.forward_passes + f.accepted == 30          # every pass: its accepted drafts + the base's token
+        for s in v.steps:
+            assert s.forward_passes == 1 and 0 <= s.accepted <= s.drafted <= 3
+        accepted += f.accepted
+        refused += f.drafted - f.accepted
+    assert changed and accepted > 10 and refused > 10   # lud's unverified guesses changed the text; these did not
+    # threshold 1.0 drafts nothing: ar with pad slots
+    v = _tokens(eng, "lud-verified", PROMPTS[0], {"threshold": 1.0, "k": 4}, max_new_tokens=12, ignore_eos=True)
+    assert v.figures().drafted == 0 and v.figures().forward_passes == 12
+
+
+def test_verified_lud_sampled_is_ar_with_the_same_seed_and_keeps_the_budget(looping_with_pads):
+    eng = looping_with_pads
+    accepted = 0
+    for seed in (1, 7, 11):
+        ar = _tokens(eng, "ar", PROMPTS[3], temperature=0.2, seed=seed, max_new_tokens=20, ignore_eos=True)
+        v = _tokens(eng, "lud-verified", PROMPTS[3], {"threshold": 0.0, "k": 4}, temperature=0.2, seed=seed,
+                    max_new_tokens=20, ignore_eos=True)
+        assert v.token_ids == ar.token_ids
+        accepted += v.figures().accepted
+    assert accepted > 0
+    for n in range(1, 7):
+        v = _tokens(eng, "lud-verified", PROMPTS[0], {"threshold": 0.0, "k": 4}, max_new_tokens=n, ignore_eos=True)
+        assert len(v.token_ids) == n
+
+
+def test_verified_replay_counts_what_the_strategy_does(looping_with_pads):
+    """The trainer's held-out replay of `lud-verified` over a greedy answer gives the strategy's own token and
+    pass counts for an answer as long as the budget."""
+    eng = looping_with_pads
+    ad = eng.extras["lud"]
+    for p in PROMPTS:
+        for th in (0.0, 0.5):
+            ar = _tokens(eng, "ar", p, max_new_tokens=24, ignore_eos=True)
+            v = _tokens(eng, "lud-verified", p, {"threshold": th, "k": 4}, max_new_tokens=24, ignore_eos=True)
+            row = {"prompt": eng.encode(Request(prompt=p)), "completion": ar.token_ids}
+            x, greedy, cuts, conf, top = T.pad_predictions(eng, ad, row)
+            assert T.replay_verified(x, greedy, cuts, conf, top, 4, th, ad.config.stop_id) == (
+                24, v.figures().forward_passes)

@@ -5,7 +5,7 @@ from .base import (REGISTRY, Output, Param, Request, RequestError, Run, Step, St
                    length_check_engine, register)
 
 MODULES = ["autoregressive", "hf_generate", "speculative", "eagle", "prompt_lookup", "lookahead", "skeleton",
-           "ptp", "lexical_units", "parallel_context", "ape",
+           "ptp", "lexical_units", "lexical_units_verified", "parallel_context", "ape",
            "focus_llm"]
 
 

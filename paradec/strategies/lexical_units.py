@@ -36,6 +36,12 @@ from .base import Param, RequestError, Run, Strategy, register, trained_availabi
 CPU_FP32_K = 2
 
 
+def auto_k(engine, adapter: LUDAdapter, k: int) -> int:
+    """The `k` parameter, or with 0 (auto) CPU_FP32_K on a float32 CPU and the parameters' own k elsewhere."""
+    fp32_cpu = engine.device.type == "cpu" and engine.dtype == torch.float32
+    return k or (CPU_FP32_K if fp32_cpu else adapter.config.k)
+
+
 @register
 class LexicalUnits(Strategy):
     name = "lud"
@@ -61,8 +67,7 @@ class LexicalUnits(Strategy):
         except (AdapterError, FileNotFoundError) as e:
             raise RequestError(f"lud: {e}") from e
         threshold, max_rep = p["threshold"], p["max_repeat"]
-        fp32_cpu = engine.device.type == "cpu" and engine.dtype == torch.float32
-        k = p["k"] or (CPU_FP32_K if fp32_cpu else adapter.config.k)
+        k = auto_k(engine, adapter, p["k"])
         sp, us = run.sampling, run.us
         feed = list(run.ids)
         prefill = True

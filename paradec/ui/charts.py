@@ -22,8 +22,8 @@ ENV_COLUMNS = ("model", "device", "dtype")
 STRATEGY_COLOURS = {
     "ar": "#4c4c4c", "hf-generate": "#9e9e9e", "hf-assisted": "#b39ddb", "hf-pld": "#80cbc4", "sps": "#1f77b4",
     "pld": "#2ca02c", "lookahead": "#ff7f0e", "sot": "#d62728", "sot-r": "#e377c2", "sot-seq": "#8c564b",
-    "ptp": "#9467bd", "lud": "#17becf", "pcw": "#bcbd22", "focus": "#7f7f00", "ar-truncated": "#aaaaaa",
-    "ape": "#dbdb8d", "eagle": "#003f8a", "ar-full": "#000000", "vllm-spec": "#00695c"}
+    "ptp": "#9467bd", "lud": "#17becf", "lud-verified": "#0e7c8a", "pcw": "#bcbd22", "focus": "#7f7f00",
+    "ar-truncated": "#aaaaaa", "ape": "#dbdb8d", "eagle": "#003f8a", "ar-full": "#000000", "vllm-spec": "#00695c"}
 _EXTRA = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880")
 
 
