@@ -204,6 +204,49 @@ the hooks before 2026-12-05, 0.55-0.86× and 1.11×; AMD EPYC in float32, 0.95-0
 """
 
 
+def lud_verified_part() -> str:
+    """Issue 18, session 32: `lud-verified` (LUD's pad slots as drafts the next pass verifies) beside `lud` and `ar`
+    on 4 prompts of every suite, and its held-out replay."""
+    suites, held = B / "lud-verified-suites-zen1.md", B / "lud-verified-heldout-zen1.md"
+    if not suites.exists():
+        return ""
+    verdicts = []
+    for cat in ("code", "code-edit", "conversation", "lists", "math", "qa", "rag", "summarization", "translation",
+                "all"):
+        r = rows(suites.name, cat)
+        if "lud-verified" not in r:
+            continue
+        v, lossy = r["lud-verified"], r.get("lud", {})
+        x = num(v["speed-up vs ar"]) or 0.0
+        bar = 1.30 if cat in ("code", "code-edit") else 1.33
+        verdicts.append(f"| {cat} | {v['speed-up vs ar']} | {v['tokens/pass']} | {v['lossless mismatches']} | "
+                        f"{lossy.get('speed-up vs ar', '–')} | {lossy.get('ROUGE-L vs ar', '–')} | "
+                        f"{'**met**' if x >= bar and v['lossless mismatches'] == '0' else f'missed ({x:.2f}× < {bar:.2f}×)'} |")
+    return f"""
+### `lud-verified`: the pad slots' guesses verified (session 32)
+
+`lud-verified` (paradec/strategies/lexical_units_verified.py) keeps `lud`'s parameters and its pass layout but
+emits a pad slot's guess only after the next pass, which feeds it as a real token anyway, finds the base's own pick
+there equal to it: the output is `ar`'s token for token, so the quality bar holds by construction (ROUGE-L 1.0,
+perplexity unchanged) and the threshold only sets how many drafts a pass carries. Held-out replay of the shipped
+parameters (`python evals/lud_heldout.py`, the 36 held-out training prompts' greedy answers, teacher-forced; `lud`'s
+tokens per pass and wrong steps beside `lud-verified`'s tokens per pass):
+
+{section(held.name) if held.exists() else "(not run)"}
+After a refused draft the next pass has none (the pads of that pass were read after the wrong token), so with
+acceptance p of a one-draft pass (k=2) the tokens per pass are 2 / (2 - p): the 52% of steps where `lud` at
+threshold 0 accepts a pad token, 12% of them wrong, give 1.28. The suites (4 prompts each, 64 tokens, greedy; `lud`
+at its defaults, threshold 0.9, k=2 on a float32 CPU; `lud-verified` at threshold 0.3, k=2):
+
+{section(suites.name)}
+Against the issue's bar (natural language ≥ 1.33×, code ≥ 1.30×, no loss: `lud-verified` loses nothing by
+construction, so only the speed-up counts):
+
+| suite | lud-verified speed-up | tokens/pass | mismatches vs ar | lud speed-up | lud ROUGE-L vs ar | verdict |
+|---|---|---|---|---|---|---|
+""" + "\n".join(verdicts) + "\n"
+
+
 def longcontext(path: Path = ROOT / "docs" / "longcontext.md") -> str:
     """The results of docs/longcontext.md (written by evals/longcontext_eval.py): its header lines (date, machine,
     model, window, stored run) and every table and reading from "### Passkey accuracy" on, the sample answers
@@ -593,6 +636,14 @@ machine's run-to-run noise (`ar` itself 8.8 -> 8.5 tokens/s between the two runs
 
 {section("eagle-1700-suites-zen1.md")}
 """
+    if (B / "eagle-aux-tune-zen1.md").exists():
+        text += """
+Session 32 tried EAGLE-3's fused features: the draft also reading the input norm outputs of the target's layers 6
+and 12 (`train eagle --aux-layers 6,12`, widened from the shipped draft with zero weights on them, 300 steps on the
+same 1,988 answers). Held-out a1 0.641 -> 0.650, a2 0.502 -> 0.513, a3 0.354 -> 0.355; on 16 held-out training
+prompts 2.35 vs 2.29 tokens per pass, 1.42x vs 1.36x (one run; docs/bench/eagle-aux-tune-zen1.md). Not shipped,
+so the suites were not re-run for it.
+"""
     if chain.exists():
         text += f"""
 Drafting a chain (`tree=false`, k by sps's cost rule), the first run, on another machine:
@@ -875,7 +926,7 @@ def main() -> None:
 {cpu_peers_part()}
 ## Lexical Unit Decoding on the default model (issue 18)
 
-{lud_default_part()}
+{lud_default_part()}{lud_verified_part()}
 ## On a GPU: NVIDIA H200, random weights of real shapes (`evals/gpu_check.py`)
 
 {gpu_part()}
