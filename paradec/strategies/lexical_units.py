@@ -60,12 +60,16 @@ class LexicalUnits(Strategy):
         return trained_availability("the LUD parameters", lambda: LUDAdapter.find(engine), lambda ad: True,
                                     LUDAdapter.hint(engine))    # find refuses parameters made for another model
 
+    def attach(self, run: Run) -> LUDAdapter:
+        """The request's LUD parameters, their hooks held on the model for this generation."""
+        try:
+            return run.hold(LUDAdapter.require(run.engine, run.params["adapter"] or None).attached(run.engine.model))
+        except (AdapterError, FileNotFoundError) as e:
+            raise RequestError(f"{self.name}: {e}") from e
+
     def steps(self, run: Run):
         engine, p, out, cache = run.engine, run.params, run.out, run.cache
-        try:
-            adapter = run.hold(LUDAdapter.require(engine, p["adapter"] or None).attached(engine.model))
-        except (AdapterError, FileNotFoundError) as e:
-            raise RequestError(f"lud: {e}") from e
+        adapter = self.attach(run)
         threshold, max_rep = p["threshold"], p["max_repeat"]
         k = auto_k(engine, adapter, p["k"])
         sp, us = run.sampling, run.us

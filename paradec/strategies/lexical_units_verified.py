@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import torch
 
-from ..lud import AdapterError, LUDAdapter
 from ..sampling import next_tokens
-from .base import Param, RequestError, Run, register
+from .base import Param, Run, register
 from .lexical_units import LexicalUnits, auto_k
 
 
@@ -45,10 +44,7 @@ class VerifiedLexicalUnits(LexicalUnits):
 
     def steps(self, run: Run):
         engine, p, out, cache = run.engine, run.params, run.out, run.cache
-        try:
-            adapter = run.hold(LUDAdapter.require(engine, p["adapter"] or None).attached(engine.model))
-        except (AdapterError, FileNotFoundError) as e:
-            raise RequestError(f"lud-verified: {e}") from e
+        adapter = self.attach(run)
         threshold, k = p["threshold"], auto_k(engine, adapter, p["k"])
         sp, us = run.sampling, run.us
         feed, drafts = list(run.ids), []           # feed: settled tokens not yet cached; drafts: to verify
