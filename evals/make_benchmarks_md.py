@@ -211,8 +211,9 @@ def lud_verified_part() -> str:
     if not suites.exists():
         return ""
     verdicts = []
-    for cat in ("code", "code-edit", "conversation", "lists", "math", "qa", "rag", "summarization", "translation",
-                "all"):
+    cats = dict.fromkeys(line.split("|")[1].strip() for line in suites.read_text().splitlines()
+                         if line.startswith("| ") and not line.startswith("| category"))
+    for cat in cats:                                 # the run's own categories, "all" last, in its order
         r = rows(suites.name, cat)
         if "lud-verified" not in r:
             continue
