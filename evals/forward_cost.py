@@ -3,6 +3,11 @@ verifying drafted tokens is nearly free (memory-bound) or costs T times a token 
 
     python evals/forward_cost.py [--model M] [--dtype auto] [--context 200] [--tokens 1,4,11,16,32,64]
     python evals/forward_cost.py --ceiling [--rounds 3]
+    python evals/forward_cost.py --lud [--tokens 1,2,5,9,13]
+
+--lud also times each pass with the model's LUD parameters applied as `lud` / `lud-verified` apply them: the
+gated LoRA hooks, pad embedding and STOP column on all rows but the first (the pad slots), in one process,
+plain and gated alternating per pass size: what those hooks cost a pass.
 
 --ceiling asks how close to the read-bandwidth roofline (paradec/roofline.py) a one-token pass can get on this
 machine with the kernels the engine uses: in one process, interleaved rounds of (a) the bandwidth probe `bench`
@@ -34,6 +39,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ceiling", action="store_true",
                     help="the roofline fraction a one-token pass reaches against its linear layers alone (see above)")
     ap.add_argument("--rounds", type=int, default=3, help="--ceiling: interleaved rounds")
+    ap.add_argument("--lud", action="store_true", help="also with the LUD gate open on all rows but the first")
     ap.add_argument("--compare", action="store_true",
                     help="also measure with torch's F.linear (paradec.kernels switched off) and print a Markdown table")
     args = ap.parse_args(argv)
@@ -46,6 +52,8 @@ def main(argv=None) -> int:
         return compare(args, e, cache, g)
     if args.ceiling:
         return ceiling(args, e, cache, g)
+    if args.lud:
+        return lud_cost(args, e, cache, g)
     costs = curve(e, cache, args.context, [int(x) for x in args.tokens.split(",")], args.repeats, g)
     print_table(f"--dtype {args.dtype}", e, args, [("", costs)])
     return 0
@@ -69,8 +77,10 @@ def print_table(flags: str, e, args, rows: list[tuple[str, dict[int, float]]]) -
         print(f"| {lead}× one token | " + " | ".join(f"{c[T] / c[tokens[0]]:.2f}" for T in tokens) + " |")
 
 
-def curve(e, cache, context: int, tokens: list[int], repeats: int, g) -> dict[int, float]:
-    """Best-of-`repeats` seconds of a pass over T new tokens after `context` cached ones, for each T."""
+def curve(e, cache, context: int, tokens: list[int], repeats: int, g, gate=None) -> dict[int, float]:
+    """Best-of-`repeats` seconds of a pass over T new tokens after `context` cached ones, for each T; with
+    `gate` (an adapter), its gate open on the pass's last T-1 rows."""
+    from contextlib import nullcontext
     out = {}
     for T in tokens:
         new = torch.randint(0, 1000, (T,), generator=g).tolist()
@@ -78,12 +88,27 @@ def curve(e, cache, context: int, tokens: list[int], repeats: int, g) -> dict[in
         for _ in range(repeats):
             e.sync()
             t0 = time.perf_counter()
-            e.forward(new, cache, positions=list(range(context, context + T)), logits_to_keep=T)
+            with gate.gated(torch.arange(T) > 0) if gate is not None else nullcontext():
+                e.forward(new, cache, positions=list(range(context, context + T)), logits_to_keep=T)
             e.sync()
             times.append(time.perf_counter() - t0)
             e.crop(cache, context)
         out[T] = min(times)
     return out
+
+
+def lud_cost(args, e, cache, g) -> int:
+    """Plain passes against passes with the LUD gate open on the pad rows, alternating per size."""
+    from paradec.lud import LUDAdapter
+    ad = LUDAdapter.require(e, None)
+    tokens = [int(x) for x in args.tokens.split(",")]
+    plain, gated = {}, {}
+    with torch.inference_mode(), ad.attached(e.model):
+        for T in tokens:
+            plain.update(curve(e, cache, args.context, [T], args.repeats, g))
+            gated.update(curve(e, cache, args.context, [T], args.repeats, g, gate=ad))
+    print_table(f"--dtype {args.dtype} --lud", e, args, [("plain", plain), ("LUD gate on T-1 rows", gated)])
+    return 0
 
 
 def compare(args, e, cache, g) -> int:

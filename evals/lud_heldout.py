@@ -6,7 +6,8 @@ prompts from held-out modules, not the benchmark suites), teacher-forced (`lud_t
                                 [--markdown FILE]
 
 Prints one table per measure against k and threshold: `lud` tokens per pass and its share of wrong steps (a step
-that accepts a token the base would not have picked), `lud-verified` tokens per pass (its output is `ar`'s).
+that accepts a token the base would not have picked), `lud-verified` tokens per pass (its output is `ar`'s) in its
+chain and its branch layout.
 """
 from __future__ import annotations
 
@@ -48,13 +49,15 @@ def main(argv=None) -> int:
             f"{str(engine.dtype).replace('torch.', '')}, {torch.get_num_threads()} threads; "
             f"{time.time() - t0:.0f} s): {len(held)} held-out greedy answers, "
             f"{by[(ks[0], ths[0])]['cuts']} answer positions; LUD parameters: {args.adapter or 'the shipped ones'}")
-    lines = [head, "", "| threshold | " + " | ".join(f"k={kk}: lud tokens/pass, wrong steps; lud-verified tokens/pass"
+    lines = [head, "", "| threshold | " + " | ".join(f"k={kk}: lud tokens/pass, wrong steps; lud-verified "
+                                                     f"tokens/pass chain / branch"
                                                      for kk in ks) + " |",
              "|---|" + "---|" * len(ks)]
     for th in ths:
         lines.append(f"| {th} | " + " | ".join(
             f"{by[(kk, th)]['tokens_per_pass']:.2f}, {100 * by[(kk, th)]['wrong_steps']:.1f}%; "
-            f"{by[(kk, th)]['verified_tokens_per_pass']:.2f}" for kk in ks) + " |")
+            f"{by[(kk, th)]['verified_tokens_per_pass']:.2f} / {by[(kk, th)]['verified_branch_tokens_per_pass']:.2f}"
+            for kk in ks) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.markdown:

@@ -337,13 +337,15 @@ def looping_with_pads():
     return e
 
 
-def test_verified_lud_is_ar_token_for_token_where_lud_is_not(looping_with_pads):
+@pytest.mark.parametrize("layout", ["chain", "branch"])
+def test_verified_lud_is_ar_token_for_token_where_lud_is_not(looping_with_pads, layout):
     eng = looping_with_pads
-    changed = accepted = refused = 0
+    changed = accepted = refused = after_refusal = 0
     for p in PROMPTS:
         ar = _tokens(eng, "ar", p, max_new_tokens=30, ignore_eos=True)
         lud = _tokens(eng, "lud", p, {"threshold": 0.0, "k": 4, "max_repeat": 0}, max_new_tokens=30, ignore_eos=True)
-        v = _tokens(eng, "lud-verified", p, {"threshold": 0.0, "k": 4}, max_new_tokens=30, ignore_eos=True)
+        v = _tokens(eng, "lud-verified", p, {"threshold": 0.0, "k": 4, "layout": layout}, max_new_tokens=30,
+                    ignore_eos=True)
         assert v.token_ids == ar.token_ids, p
         changed += lud.token_ids != ar.token_ids
         f = v.figures()
@@ -352,24 +354,30 @@ def test_verified_lud_is_ar_token_for_token_where_lud_is_not(looping_with_pads):
             assert s.forward_passes == 1 and 0 <= s.accepted <= s.drafted <= 3
         accepted += f.accepted
         refused += f.drafted - f.accepted
+        # a pass after a refused draft: drafts only in the branch layout (its pads read after the accepted prefix)
+        after_refusal += sum(b.drafted for a, b in zip(v.steps, v.steps[1:]) if a.accepted < a.drafted)
     assert changed and accepted > 10 and refused > 10   # lud's unverified guesses changed the text; these did not
+    assert (after_refusal > 10) if layout == "branch" else (after_refusal == 0)
     # threshold 1.0 drafts nothing: ar with pad slots
-    v = _tokens(eng, "lud-verified", PROMPTS[0], {"threshold": 1.0, "k": 4}, max_new_tokens=12, ignore_eos=True)
+    v = _tokens(eng, "lud-verified", PROMPTS[0], {"threshold": 1.0, "k": 4, "layout": layout}, max_new_tokens=12,
+                ignore_eos=True)
     assert v.figures().drafted == 0 and v.figures().forward_passes == 12
 
 
-def test_verified_lud_sampled_is_ar_with_the_same_seed_and_keeps_the_budget(looping_with_pads):
+@pytest.mark.parametrize("layout", ["chain", "branch"])
+def test_verified_lud_sampled_is_ar_with_the_same_seed_and_keeps_the_budget(looping_with_pads, layout):
     eng = looping_with_pads
     accepted = 0
     for seed in (1, 7, 11):
         ar = _tokens(eng, "ar", PROMPTS[3], temperature=0.2, seed=seed, max_new_tokens=20, ignore_eos=True)
-        v = _tokens(eng, "lud-verified", PROMPTS[3], {"threshold": 0.0, "k": 4}, temperature=0.2, seed=seed,
-                    max_new_tokens=20, ignore_eos=True)
+        v = _tokens(eng, "lud-verified", PROMPTS[3], {"threshold": 0.0, "k": 4, "layout": layout}, temperature=0.2,
+                    seed=seed, max_new_tokens=20, ignore_eos=True)
         assert v.token_ids == ar.token_ids
         accepted += v.figures().accepted
     assert accepted > 0
     for n in range(1, 7):
-        v = _tokens(eng, "lud-verified", PROMPTS[0], {"threshold": 0.0, "k": 4}, max_new_tokens=n, ignore_eos=True)
+        v = _tokens(eng, "lud-verified", PROMPTS[0], {"threshold": 0.0, "k": 4, "layout": layout}, max_new_tokens=n,
+                    ignore_eos=True)
         assert len(v.token_ids) == n
 
 
@@ -379,10 +387,12 @@ def test_verified_replay_counts_what_the_strategy_does(looping_with_pads):
     eng = looping_with_pads
     ad = eng.extras["lud"]
     for p in PROMPTS:
+        ar = _tokens(eng, "ar", p, max_new_tokens=24, ignore_eos=True)
+        row = {"prompt": eng.encode(Request(prompt=p)), "completion": ar.token_ids}
+        x, greedy, cuts, conf, top = T.pad_predictions(eng, ad, row)
         for th in (0.0, 0.5):
-            ar = _tokens(eng, "ar", p, max_new_tokens=24, ignore_eos=True)
-            v = _tokens(eng, "lud-verified", p, {"threshold": th, "k": 4}, max_new_tokens=24, ignore_eos=True)
-            row = {"prompt": eng.encode(Request(prompt=p)), "completion": ar.token_ids}
-            x, greedy, cuts, conf, top = T.pad_predictions(eng, ad, row)
-            assert T.replay_verified(x, greedy, cuts, conf, top, 4, th, ad.config.stop_id) == (
-                24, v.figures().forward_passes)
+            for layout in ("chain", "branch"):
+                v = _tokens(eng, "lud-verified", p, {"threshold": th, "k": 4, "layout": layout}, max_new_tokens=24,
+                            ignore_eos=True)
+                assert T.replay_verified(x, greedy, cuts, conf, top, 4, th, ad.config.stop_id,
+                                         branch=layout == "branch") == (24, v.figures().forward_passes), (p, layout)

@@ -212,12 +212,14 @@ def replay_step(x, greedy, i: int, conf, top, k: int, threshold: float, stop: in
     return n, wrong
 
 
-def replay_verified(x, greedy, cuts: list[int], conf, top, k: int, threshold: float, stop: int) -> tuple[int, int]:
+def replay_verified(x, greedy, cuts: list[int], conf, top, k: int, threshold: float, stop: int,
+                    branch: bool = False) -> tuple[int, int]:
     """(tokens, passes) greedy `lud-verified` would take over one greedy answer (x == greedy on the answer),
     teacher-forced: a pass verifies its drafts against the base's greedy tokens (the longest matching prefix, then
     the base's own token); when all were accepted, the pad slots read after them (the cut at the next position)
-    give the next pass's drafts by `replay_step`'s rule, else the next pass has none. The first pass is the
-    prompt's (no drafts). With the answer as long as the request's budget, these are the strategy's own counts."""
+    give the next pass's drafts by `replay_step`'s rule, else the next pass has none (with `branch`, the strategy's
+    branch layout, the pads read after the accepted ones give them whether or not a draft was refused). The first
+    pass is the prompt's (no drafts). With the answer as long as the request's budget, these are the strategy's own counts."""
     at = {c: g for g, c in enumerate(cuts)}
     end = len(x)                        # positions cuts[0] .. len(x) - 1 are the answer's tokens to emit
     s, drafts, tokens, passes = cuts[0], [], 0, 0
@@ -227,7 +229,7 @@ def replay_verified(x, greedy, cuts: list[int], conf, top, k: int, threshold: fl
             j += 1
         passes += 1
         tokens += min(j + 1, end - s)
-        if j == len(drafts) and s + j in at:
+        if (branch or j == len(drafts)) and s + j in at:
             c, g = s + j, at[s + j]
             n, _wrong = replay_step(x, greedy, c, conf[g], top[g], k, threshold, stop)
             drafts = [int(top[g][i]) for i in range(min(n, end - c - 2))]   # as the strategy: the last token
@@ -247,7 +249,7 @@ def heldout_figures(engine, adapter: LUDAdapter, rows: list[dict], k: int, thres
     step with a wrong accepted token is where greedy lud's text would leave ar's. Returns one dict per (kind
     or "all", k', threshold): tokens per pass (1 + accepted, mean over cuts), the share of wrong steps, and
     the number of cuts; and what `lud-verified` (lossless) would do over the same answers (`replay_verified`):
-    its tokens per pass."""
+    its tokens per pass in the chain and in the branch layout."""
     stop = adapter.config.stop_id
     acc: dict[tuple, list[float]] = {}
     for r in rows:
@@ -258,18 +260,20 @@ def heldout_figures(engine, adapter: LUDAdapter, rows: list[dict], k: int, thres
                 for g, i in enumerate(cuts):
                     n, wrong = replay_step(x, greedy, i, conf[g], top[g], kk, th, stop)
                     for key in keys:
-                        a = acc.setdefault(key, [0.0, 0.0, 0, 0, 0])
+                        a = acc.setdefault(key, [0.0, 0.0, 0, 0, 0, 0, 0])
                         a[0] += 1 + n
                         a[1] += wrong
                         a[2] += 1
                 if cuts:
-                    tok, passes = replay_verified(x, greedy, cuts, conf, top, kk, th, stop)
-                    for key in keys:
-                        acc[key][3] += tok
-                        acc[key][4] += passes
+                    for b, branch in enumerate((False, True)):
+                        tok, passes = replay_verified(x, greedy, cuts, conf, top, kk, th, stop, branch)
+                        for key in keys:
+                            acc[key][3 + 2 * b] += tok
+                            acc[key][4 + 2 * b] += passes
     return [{"kind": kind, "k": kk, "threshold": th, "tokens_per_pass": round(a[0] / a[2], 4),
              "wrong_steps": round(a[1] / a[2], 4), "cuts": a[2],
-             "verified_tokens_per_pass": round(a[3] / max(1, a[4]), 4)}
+             "verified_tokens_per_pass": round(a[3] / max(1, a[4]), 4),
+             "verified_branch_tokens_per_pass": round(a[5] / max(1, a[6]), 4)}
             for (kind, kk, th), a in sorted(acc.items())]
 
 
