@@ -276,6 +276,56 @@ def test_greedy_equals_ar(target, other_draft, name):
         assert totals["accepted"] == totals["drafted"] and totals["tokens"] / totals["passes"] > 4
 
 
+@pytest.mark.parametrize("which", ["other", "sharpened", "self"])
+def test_sps_tree_greedy_equals_ar(target, other_draft, which):
+    """`sps` with tree=true: the target's greedy text token for token, with a draft that rarely agrees, one that
+    often does (the target sharpened: same ranking, confident) and the target itself (flat: the cost cut keeps
+    mostly its first level); the sharpened draft's trees get paths accepted below their first level."""
+    draft = {"other": other_draft, "sharpened": _sharpened(target, 3.0), "self": target}[which]
+    with_draft(target, draft)
+    params = {"tree": True, "adaptive": False, "nodes": 10, "depth": 4}
+    accepted = deep = drafted = 0
+    for i, prompt in enumerate(PROMPTS):
+        ref, _ = run(target, "ar", prompt, ignore_eos=bool(i % 2))
+        got, steps = run(target, "sps", prompt, ignore_eos=bool(i % 2), params=params)
+        assert got == ref, (which, prompt)
+        assert all(s.forward_passes == 1 and s.drafted <= 10 for s in steps) and steps[0].prefill
+        assert all(0 <= s.accepted <= s.info["depth"] and len(s.token_ids) <= s.accepted + 1 for s in steps)
+        accepted += sum(s.accepted for s in steps)
+        deep += sum(s.accepted >= 2 for s in steps)
+        drafted += sum(s.drafted for s in steps)
+        if which == "self":        # the target's own argmax is a first-level child of every tree it drafts
+            assert all(s.accepted >= 1 for s in steps[1:-1] if s.drafted)
+    assert drafted > 0
+    if which == "sharpened":       # confident: deep paths pay by the cost cut and are accepted
+        assert accepted > 40 and deep > 5
+
+
+def test_sps_tree_sampling_follows_the_target(target):
+    """Sampled with a tree: the first token over 300 seeds follows the target's distribution (T 1.0, top-k 5)
+    though the draft's is far from it, and the same seed gives the same text."""
+    draft = _sharpened(target, 6.0)
+    with_draft(target, draft)
+    sp = SamplingParams(1.0, top_k=5)
+    prompt = "The quick brown fox"
+    ids = target.encode(Request(prompt=prompt))
+    p1 = process(target.forward(ids)[0, -1], sp)
+    support = p1.nonzero().flatten().tolist()
+    n, counts, accepted = 300, torch.zeros(target.vocab_size), 0
+    params = {"tree": True, "adaptive": False}
+    for seed in range(n):
+        toks, steps = run(target, "sps", prompt, max_new_tokens=3, temperature=1.0, top_k=5, seed=seed,
+                          params=params)
+        counts[toks[0]] += 1
+        accepted += sum(s.accepted for s in steps)
+    assert accepted > 0 and set(counts.nonzero().flatten().tolist()) <= set(support)
+    expected = p1[support].cpu() * n
+    chi2 = float(((counts[support] - expected) ** 2 / expected).sum())
+    assert chi2 < 18.47, (chi2, counts[support], expected)          # chi-square df 4, p = 0.001
+    a = run(target, "sps", PROMPTS[1], temperature=0.8, seed=5, params=params)[0]
+    assert a == run(target, "sps", PROMPTS[1], temperature=0.8, seed=5, params=params)[0]
+
+
 def test_sps_counts_draft_passes_and_adapts_k(target, other_draft):
     with_draft(target, other_draft)
     hf_rule = {"rule": "transformers"}

@@ -51,7 +51,7 @@ from ..engine import Engine, ModelError
 from ..sampling import argmax
 from .base import Param, Run, Strategy, register
 from .prompt_lookup import ContextIndex
-from .speculative import DECAY, K_MAX, PROBE_EVERY, CostRule, draft_step
+from .speculative import DECAY, K_MAX, PROBE_EVERY, CostRule, draft_step, tree_params
 
 TRAIN = "train it: python -m paradec train eagle --model MODEL"
 _LOCK = threading.Lock()
@@ -305,13 +305,7 @@ class Eagle(Strategy):
         "adaptive": Param(True, bool, help="chain: choose k after every step by the cost rule (as sps's rule "
                                            "'cost'); tree: draft only while drafting steps beat plain ones"),
         "tree": Param(True, bool, help="draft a tree (EAGLE-2) instead of a chain of k tokens"),
-        "depth": Param(6, int, 1, 16, help="tree: levels drafted at most (one draft pass each)"),
-        "branch": Param(3, int, 1, 16, help="tree: children drafted under each expanded node"),
-        "width": Param(3, int, 1, 16, help="tree: nodes of the newest level expanded per draft pass"),
-        "nodes": Param(12, int, 1, 64, help="tree: nodes the target verifies at most (fewer when wider passes "
-                                             "do not pay by the measured pass costs)"),
-        "stop": Param(0.4, float, 0.0, 1.0, help="tree: stop drafting once the nodes to expand hold less than "
-                                                  "this much of the draft's probability"),
+        **tree_params(),
         "lookup": Param(8, int, 0, 32, help="tree: also offer up to this many tokens copied from the context "
                                             "after the longest earlier match of its last 1-3 tokens (as pld), "
                                             "merged into the tree and kept by the same cost cut, on top of "
@@ -351,7 +345,8 @@ class Eagle(Strategy):
                         proposals.append(x)
                         if i + 1 < kk:
                             h = fd.hidden(h, torch.tensor([[x]]), dcache)
-            draft_seconds = time.perf_counter() - t0 if timed else None
+            spent = time.perf_counter() - t0
+            draft_seconds = spent if timed else None
             base, fed = len(seq), engine.cache_len(tcache)
             with FD.capture(engine, fd.aux) as got:
                 logits = engine.forward(seq[fed:] + proposals, tcache, logits_to_keep=kk + 1, upcast=False)[0]
@@ -362,7 +357,7 @@ class Eagle(Strategy):
             new = got[-1][:, :base + v.accepted - fed]
             feats = new if feats is None else torch.cat([feats[:, :fed - dlen], new], 1)
             seq += v.tokens
-            yield draft_step(out, v, kk, prefill)
+            yield draft_step(out, v, kk, prefill, spent)
             if out.done:
                 return
             prefill = False
@@ -387,6 +382,7 @@ class Eagle(Strategy):
             room = out.budget - len(out.ids) - 1
             base, fed = len(seq), engine.cache_len(tcache)
             tree = grown = Tree([], [], [], [], 0)
+            t0 = time.perf_counter()
             drafts = feats is not None and room > 0 and (rule is None or rule.draft_now())
             if drafts:
                 with torch.inference_mode():
@@ -402,6 +398,7 @@ class Eagle(Strategy):
                 spent = grown.passes * draft_cost
                 tree = choose(grown, base - fed, lambda w: spent + passcost.cost_at(costs, w),
                               p["nodes"] + len(copy))
+            drafting = time.perf_counter() - t0
             P, n = base - fed, len(tree.tokens)
             with FD.capture(engine, fd.aux) as got:
                 if n:
@@ -427,7 +424,7 @@ class Eagle(Strategy):
                 rule.update(drafted, tree.passes * draft_cost + passcost.cost_at(costs, P + n))
             step = out.step(v.tokens, forward_passes=1, draft_passes=tree.passes, drafted=n, prefill=prefill,
                             info={"nodes": n, "depth": max(tree.depths, default=0),
-                                  "copied": sum(o != "d" for o in tree.origin)})
+                                  "copied": sum(o != "d" for o in tree.origin), "draft_s": drafting})
             step.accepted = min(v.accepted, len(step.token_ids))
             yield step
             if out.done:

@@ -216,13 +216,27 @@ class CostRule:
         return k
 
 
-def draft_step(out, v, drafted: int, prefill: bool):
+def draft_step(out, v, drafted: int, prefill: bool, draft_s: float = 0.0):
     """The Step of one draft-and-verify step: one target pass, `drafted` draft passes and proposals, the verdict's
-    tokens (cut by the output's stopping rules) and how many proposals were kept."""
+    tokens (cut by the output's stopping rules) and how many proposals were kept; info["draft_s"]: the seconds
+    spent drafting (the draft's share of the step time, for `evals/sps_tune.py`)."""
     step = out.step(v.tokens, forward_passes=1, draft_passes=drafted, drafted=drafted, prefill=prefill,
-                    info={"k": drafted})
+                    info={"k": drafted, "draft_s": draft_s})
     step.accepted = min(v.accepted, len(step.token_ids))
     return step
+
+
+def tree_params(depth: int = 6, branch: int = 3, width: int = 3, nodes: int = 12, stop: float = 0.4) -> dict:
+    """The parameters of a drafted tree (`sps` and `eagle` with tree=true), with these defaults."""
+    return {
+        "depth": Param(depth, int, 1, 16, help="tree: levels drafted at most (one draft pass each)"),
+        "branch": Param(branch, int, 1, 16, help="tree: children drafted under each expanded node"),
+        "width": Param(width, int, 1, 16, help="tree: nodes of the newest level expanded per draft pass"),
+        "nodes": Param(nodes, int, 1, 64, help="tree: nodes the target verifies at most (fewer when wider passes "
+                                               "do not pay by the measured pass costs)"),
+        "stop": Param(stop, float, 0.0, 1.0, help="tree: stop drafting once the nodes to expand hold less than "
+                                                   "this much of the draft's probability"),
+    }
 
 
 @register
@@ -239,6 +253,10 @@ class SpeculativeSampling(Strategy):
         "draft": Param("", str, help="draft model with the same tokenizer: on a server, the name of one its operator "
                                      "configured (serve --draft); in process, a model folder (default: the model "
                                      "profile's draft)"),
+        "tree": Param(False, bool, help="draft a tree of the draft's likeliest tokens and verify its likeliest nodes in "
+                                        "one tree-masked pass (speculative_tree.py; adaptive: draft only while it "
+                                        "pays) instead of a chain of k"),
+        **tree_params(),
     }
 
     def resolve_params(self, request: Request, engine=None) -> dict:
@@ -263,6 +281,10 @@ class SpeculativeSampling(Strategy):
         why = incompatibility(engine, draft)
         if why:
             raise ModelError(why)
+        if p["tree"]:
+            from .speculative_tree import tree_steps
+            yield from tree_steps(run, draft)
+            return
         sp = request.sampling
         rng = verification.Rng(request.seed)
         seq = list(run.ids)
@@ -279,7 +301,8 @@ class SpeculativeSampling(Strategy):
                 x = verification.draft_pick(lg, sp, rng, qs)
                 proposals.append(x)
                 feed = [x]
-            draft_seconds = time.perf_counter() - t0 if caught_up else None
+            spent = time.perf_counter() - t0
+            draft_seconds = spent if caught_up else None
             base = len(seq)
             logits = engine.forward(seq[engine.cache_len(tcache):] + proposals, tcache, logits_to_keep=kk + 1,
                                     upcast=False)[0]
@@ -287,7 +310,7 @@ class SpeculativeSampling(Strategy):
             engine.crop(tcache, base + v.accepted)
             draft.crop(dcache, base + v.accepted)      # a no-op when it holds less
             seq += v.tokens
-            yield draft_step(out, v, kk, prefill)
+            yield draft_step(out, v, kk, prefill, spent)
             if out.done:
                 return
             prefill = False

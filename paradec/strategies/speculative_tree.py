@@ -1,0 +1,136 @@
+"""`sps` with `tree=true`: the draft model drafts a tree of tokens, the target verifies its likeliest nodes in one
+tree-masked pass (SpecInfer, Miao et al. 2024; the level-by-level growth and the cost cut of EAGLE-2, as `eagle`
+does them with its feature draft: paradec/strategies/eagle.py).
+
+Each step: the draft reads the settled tokens it has not cached and gives the root's distribution; its `branch`
+likeliest tokens are the first level. Each further level is one draft pass over the `width` likeliest nodes of the
+newest level (a node's score: the draft's joint log-probability of its path), each row seeing the cached context,
+its ancestors and itself (a tree mask over the draft's cache), until `depth` levels or until the nodes to expand hold
+less than `stop` of the draft's probability. Of the tree, the target verifies the likeliest nodes, as many as
+maximise (1 + their summed probability) / (the draft passes' measured cost + the measured cost of a target pass that
+wide), at most `nodes` (`eagle.choose`), in one pass with the tree mask; `verification.tree` walks the path the
+target accepts - greedy: the child equal to the target's argmax; sampled: each child in turn with probability
+p(child) / (mass left), its mass removed when refused, which leaves the output distributed as the target's - and
+the target's cache keeps that path (`Engine.keep`). The draft's cache drops the tree; the next step feeds it the
+accepted tokens. With `adaptive`, a step drafts only while drafting steps make more tokens per modelled second
+than plain ones (`eagle.TreeRule`).
+
+A chain drafts k tokens in k draft passes and loses the rest of the step at the first refusal; a tree offers the
+target the draft's second and third choices too, at the cost of rows in one target pass: worth it where a pass over
+a dozen rows costs about one row's (bfloat16 on a CPU with AMX: 16 rows 1.2x one, a GPU).
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from .. import passcost, verification
+from ..engine import Engine
+from .base import Run
+
+TREE_WIDTHS = (1, 2, 4, 8, 12, 16, 24, 32)     # target pass widths timed for the tree's size
+
+
+def log_probs(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Draft logits (..., V_d) -> log-probabilities over the target's vocabulary (`fit_vocab`: a draft vocabulary
+    is a prefix of the target's, so a column is a token id)."""
+    from .speculative import fit_vocab
+    return torch.log_softmax(fit_vocab(logits.float(), vocab_size), -1)
+
+
+def grow(draft: Engine, vocab_size: int, lp_root: torch.Tensor, dcache, dlen: int, depth: int, branch: int,
+         width: int, stop: float):
+    """A tree (eagle.Tree) from the draft's log-probabilities lp_root (V,) at the context's last position; the
+    draft cache holds positions 0 .. dlen - 1 and gets the expanded nodes after them (crop it to dlen afterwards)."""
+    from .eagle import Tree
+    tok, par, dep, score = [], [], [], []
+    slot = {}
+
+    def add(lp, parents, d):                 # lp (E, V_d): each row's best `branch` become its children
+        v, i = lp.topk(min(branch, lp.shape[-1]), -1)
+        new = []
+        for row, p in enumerate(parents):
+            for x, t in zip(v[row].tolist(), i[row].tolist()):
+                tok.append(int(t)), par.append(p), dep.append(d)
+                score.append((score[p] if p >= 0 else 0.0) + x)
+                new.append(len(tok) - 1)
+        return new
+
+    frontier = add(lp_root[None], [-1], 1)
+    passes = 1
+    for d in range(2, depth + 1):
+        expand = sorted(frontier, key=lambda i: -score[i])[:width]
+        if sum(math.exp(score[i]) for i in expand) < stop:
+            break
+        C, E = Engine.cache_len(dcache), len(expand)
+        allowed = torch.zeros(E, C + E, dtype=torch.bool)
+        allowed[:, :dlen] = True
+        for r, i in enumerate(expand):
+            a = par[i]
+            while a >= 0:
+                allowed[r, dlen + slot[a]] = True
+                a = par[a]
+            allowed[r, C + r] = True
+        positions = torch.full((1, E), dlen + d - 2, dtype=torch.long)
+        logits = draft.forward([tok[i] for i in expand], dcache, positions, draft.additive(allowed),
+                               logits_to_keep=E, upcast=False)[0]
+        for r, i in enumerate(expand):
+            slot[i] = C - dlen + r
+        frontier = add(log_probs(logits, vocab_size), expand, d)
+        passes += 1
+    return Tree(tok, par, dep, [math.exp(x) for x in score], passes)
+
+
+def tree_steps(run: Run, draft: Engine):
+    """`sps`'s steps with a drafted tree (the module's docstring); same Step figures as `eagle`'s tree."""
+    from .eagle import TreeRule, choose, tree_mask
+    engine, request, p, out, tcache = run.engine, run.request, run.params, run.out, run.cache
+    sp = request.sampling
+    rng = verification.Rng(request.seed)
+    seq = list(run.ids)
+    dcache = draft.new_cache()
+    costs = passcost.pass_costs(engine, TREE_WIDTHS)
+    dcosts = passcost.pass_costs(draft, [1, p["width"]])
+    rule = TreeRule(passcost.cost_at(costs, 1)) if p["adaptive"] else None
+    prefill = True
+    while True:
+        room = out.budget - len(out.ids) - 1
+        base, fed = len(seq), engine.cache_len(tcache)
+        t0 = time.perf_counter()
+        tree = grown = None
+        drafts = not prefill and room > 0 and (rule is None or rule.draft_now())
+        if drafts:
+            with torch.inference_mode():
+                lg = draft.forward(seq[draft.cache_len(dcache):], dcache, logits_to_keep=1, upcast=False)[0, -1]
+                dlen = draft.cache_len(dcache)
+                grown = grow(draft, engine.vocab_size, log_probs(lg, engine.vocab_size), dcache, dlen,
+                             min(p["depth"], room), p["branch"], p["width"], p["stop"])
+            spent = dcosts[1] + (grown.passes - 1) * dcosts[p["width"]]
+            tree = choose(grown, base - fed, lambda w: spent + passcost.cost_at(costs, w), p["nodes"])
+            Engine.crop(dcache, dlen)
+        drafting = time.perf_counter() - t0
+        tokens, parents = (tree.tokens, tree.parents) if tree is not None else ([], [])
+        P, n = base - fed, len(tokens)
+        if n:
+            positions = torch.tensor([list(range(fed, base)) + [base - 1 + d for d in tree.depths]])
+            logits = engine.forward(seq[fed:] + tokens, tcache, positions,
+                                    engine.tree_mask(fed, tree_mask(P, parents)), logits_to_keep=n + 1,
+                                    upcast=False)[0]
+        else:                               # a plain pass (the prompt's, or a paused step)
+            logits = engine.forward(seq[fed:], tcache, logits_to_keep=1, upcast=False)[0]
+        v, path = verification.tree(tokens, parents, logits, sp, rng)
+        engine.keep(tcache, base, path)
+        seq += v.tokens
+        if rule is not None and drafts:
+            rule.update(len(path), spent + passcost.cost_at(costs, P + n))
+        step = out.step(v.tokens, forward_passes=1, draft_passes=grown.passes if grown is not None else 0,
+                        drafted=n, prefill=prefill,
+                        info={"nodes": n, "depth": max(tree.depths, default=0) if tree is not None else 0,
+                              "draft_s": drafting})
+        step.accepted = min(v.accepted, len(step.token_ids))
+        yield step
+        if out.done:
+            return
+        prefill = False
