@@ -3,7 +3,8 @@
 Runs `ar` and `sps` under each configuration on held-out training prompts (paradec.training.prompts, split
 "heldout": disjoint from evals/suites and from the prompts the draft was trained on), greedy, batch 1, in one
 process, the configurations interleaved prompt by prompt (so a slow spell of the machine does not land on one),
-and prints per configuration: tokens per target pass, draft passes per token, tokens/s and the speed-up over ar
+and prints per configuration: tokens per target pass, draft passes per token, drafting's share of the generation
+time (the strategy's own draft_s per step, for sps and eagle), tokens/s and the speed-up over ar
 in the same run. Every sps output is checked token for token against ar. The benchmark suites are never read.
 A configuration with "strategy": "eagle" runs the feature-level draft instead (its other keys are eagle's
 parameters; `--eagle FOLDER` picks a feature draft other than the shipped one for all of them, a "folder" key for
@@ -88,7 +89,9 @@ def main(argv=None) -> int:
         passes = sum(s.forward_passes for x in ls for s in x.steps)
         drafts = sum(s.draft_passes for x in ls for s in x.steps)
         speed = toks / sum(x.clock for x in ls)
+        share = sum(s.draft_s for x in ls for s in x.steps) / sum(x.clock for x in ls)
         rows.append({"config": n, "tokens_per_pass": toks / passes, "draft_passes_per_token": drafts / toks,
+                     "draft_share": share,
                      "tok_s": speed, "speedup": speed / ar_speed,
                      "mismatches": sum(x.token_ids != a.token_ids for x, a in zip(ls, lanes["ar"]))})
         print(rows[-1], flush=True)
@@ -98,11 +101,12 @@ def main(argv=None) -> int:
              f"`python evals/sps_tune.py {shlex.join(argv if argv is not None else sys.argv[1:])}`: {len(reqs)} "
              f"held-out training prompts (not the benchmark suites), greedy, {args.max_new_tokens} new tokens, "
              f"batch 1, draft: {draft}{'; eagle: ' + args.eagle if args.eagle else ''}. ar: {ar_speed:.2f} tokens/s in the same run.", "",
-             "| sps parameters (or strategy and its parameters) | tokens/pass | draft passes/token | tokens/s | speed-up vs ar | mismatches vs ar |",
-             "|---|---|---|---|---|---|"]
+             "| sps parameters (or strategy and its parameters) | tokens/pass | draft passes/token | drafting's share "
+             "of the time | tokens/s | speed-up vs ar | mismatches vs ar |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| `{r['config']}` | {r['tokens_per_pass']:.2f} | {r['draft_passes_per_token']:.2f} | "
-                     f"{r['tok_s']:.2f} | {r['speedup']:.2f}× | {r['mismatches']} |")
+                     f"{100 * r['draft_share']:.1f}% | {r['tok_s']:.2f} | {r['speedup']:.2f}× | {r['mismatches']} |")
     write_page(lines, args.markdown)
     return 0
 

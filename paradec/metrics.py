@@ -27,6 +27,7 @@ class TimedStep:
     drafted: int = 0
     accepted: int = 0
     planning: bool = False  # tokens that are not part of the answer (SoT's skeleton): timed, not counted
+    draft_s: float = 0.0    # of dt, the seconds a draft-and-verify strategy spent drafting (its Step.info)
 
 
 @dataclass

@@ -71,7 +71,8 @@ class Lane:
         self.clock += dt
         planning = step.planning
         ts = TimedStep(self.clock, dt, len(step.token_ids), step.segment, step.forward_passes, step.draft_passes,
-                       step.drafted, step.accepted, planning=planning)
+                       step.drafted, step.accepted, planning=planning,
+                       draft_s=float(step.info.get("draft_s", 0.0)) if step.info else 0.0)
         self.steps.append(ts)
         if planning:
             self.planning_segments.add(step.segment)
