@@ -107,7 +107,7 @@ def lud_cost(args, e, cache, g) -> int:
         for T in tokens:
             plain.update(curve(e, cache, args.context, [T], args.repeats, g))
             gated.update(curve(e, cache, args.context, [T], args.repeats, g, gate=ad))
-    print_table(f"--dtype {args.dtype} --lud", e, args, [("plain", plain), ("LUD gate on T-1 rows", gated)])
+    print_table(f"--dtype {args.dtype} --lud --tokens {args.tokens} --repeats {args.repeats}", e, args, [("plain", plain), ("LUD gate on T-1 rows", gated)])
     return 0
 
 
