@@ -301,31 +301,6 @@ def test_sps_tree_greedy_equals_ar(target, other_draft, which):
         assert accepted > 40 and deep > 5
 
 
-def test_sps_tree_sampling_follows_the_target(target):
-    """Sampled with a tree: the first token over 300 seeds follows the target's distribution (T 1.0, top-k 5)
-    though the draft's is far from it, and the same seed gives the same text."""
-    draft = _sharpened(target, 6.0)
-    with_draft(target, draft)
-    sp = SamplingParams(1.0, top_k=5)
-    prompt = "The quick brown fox"
-    ids = target.encode(Request(prompt=prompt))
-    p1 = process(target.forward(ids)[0, -1], sp)
-    support = p1.nonzero().flatten().tolist()
-    n, counts, accepted = 300, torch.zeros(target.vocab_size), 0
-    params = {"tree": True, "adaptive": False}
-    for seed in range(n):
-        toks, steps = run(target, "sps", prompt, max_new_tokens=3, temperature=1.0, top_k=5, seed=seed,
-                          params=params)
-        counts[toks[0]] += 1
-        accepted += sum(s.accepted for s in steps)
-    assert accepted > 0 and set(counts.nonzero().flatten().tolist()) <= set(support)
-    expected = p1[support].cpu() * n
-    chi2 = float(((counts[support] - expected) ** 2 / expected).sum())
-    assert chi2 < 18.47, (chi2, counts[support], expected)          # chi-square df 4, p = 0.001
-    a = run(target, "sps", PROMPTS[1], temperature=0.8, seed=5, params=params)[0]
-    assert a == run(target, "sps", PROMPTS[1], temperature=0.8, seed=5, params=params)[0]
-
-
 def test_sps_counts_draft_passes_and_adapts_k(target, other_draft):
     with_draft(target, other_draft)
     hf_rule = {"rule": "transformers"}
@@ -458,7 +433,7 @@ def _sharpened(engine, factor):
 def test_sps_rejection_sampling_is_lossless_in_distribution(target):
     """Over 300 seeds the first two sps tokens follow the target's exact distribution (T 1.0, top-k 5), while
     the draft's own distribution is far from it - accepting drafts blindly or resampling from p instead of
-    max(p - q, 0) would fail the bounds."""
+    max(p - q, 0) would fail the bounds; drafting a tree, the first token follows it too."""
     draft = _sharpened(target, 6.0)
     with_draft(target, draft)
     sp = SamplingParams(1.0, top_k=5)
@@ -493,6 +468,18 @@ def test_sps_rejection_sampling_is_lossless_in_distribution(target):
     # the draft alone would be rejected by the same chi-square bound
     q_chi2 = float(((q1[support].cpu() * n - expected) ** 2 / expected).sum())
     assert q_chi2 > 100
+    # a drafted tree (tree=true), its children tried in turn with p(child) / (mass left): the same first-token law
+    tree = {"tree": True, "adaptive": False}
+    counts1, accepted = torch.zeros(target.vocab_size), 0
+    for seed in range(n):
+        toks, steps = run(target, "sps", prompt, max_new_tokens=3, temperature=1.0, top_k=5, seed=seed, params=tree)
+        counts1[toks[0]] += 1
+        accepted += sum(s.accepted for s in steps)
+    assert accepted > 0 and set(counts1.nonzero().flatten().tolist()) <= set(support)
+    chi2 = float(((counts1[support] - expected) ** 2 / expected).sum())
+    assert chi2 < 18.47, (chi2, counts1[support], expected)
+    a = run(target, "sps", PROMPTS[1], temperature=0.8, seed=5, params=tree)[0]
+    assert a == run(target, "sps", PROMPTS[1], temperature=0.8, seed=5, params=tree)[0]     # same seed, same text
 
 
 # ---------------------------------------------------------------- stopping, params, draft loading

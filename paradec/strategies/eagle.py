@@ -38,7 +38,6 @@ its last token); `feats` holds the true features of positions dlen .. len(seq) -
 """
 from __future__ import annotations
 
-import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ from ..sampling import argmax
 from .base import Param, Run, Strategy, register
 from .prompt_lookup import ContextIndex
 from .speculative import DECAY, K_MAX, PROBE_EVERY, CostRule, draft_step, tree_params
+from .speculative_tree import grow_tree
 
 TRAIN = "train it: python -m paradec train eagle --model MODEL"
 _LOCK = threading.Lock()
@@ -136,48 +136,23 @@ def grow(fd: FD.FeatureDraft, engine, h_root: torch.Tensor, dcache, dlen: int, d
     cache holds positions 0 .. dlen - 1 and gets the expanded nodes after them (crop it to dlen afterwards).
     Expansion stops once the nodes to expand hold less than `stop` of the probability."""
     kept = fd.kept_ids
+    out_h = {}
 
     def children(h):                        # (E, hidden) -> log-probs and token ids of each row's best `branch`
         lp = torch.log_softmax(fd.kept_logits(h).float(), -1)
         v, i = lp.topk(min(branch, lp.shape[-1]), -1)
         return v.tolist(), kept[i.cpu()].tolist()
 
-    tok, par, dep, score = [], [], [], []
-    slot, out_h = {}, {}
-
-    def add(vs, ts, parents, d):
-        new = []
-        for row, p in enumerate(parents):
-            for v, t in zip(vs[row], ts[row]):
-                tok.append(int(t)), par.append(p), dep.append(d)
-                score.append((score[p] if p >= 0 else 0.0) + v)
-                new.append(len(tok) - 1)
-        return new
-
-    frontier = add(*children(h_root[None]), [-1], 1)
-    passes = 1
-    for d in range(2, depth + 1):
-        expand = sorted(frontier, key=lambda i: -score[i])[:width]
-        if sum(math.exp(score[i]) for i in expand) < stop:
-            break
-        C, E = Engine.cache_len(dcache), len(expand)
-        allowed = torch.zeros(E, C + E, dtype=torch.bool)
-        allowed[:, :dlen] = True
-        for r, i in enumerate(expand):
-            a = par[i]
-            while a >= 0:
-                allowed[r, dlen + slot[a]] = True
-                a = par[a]
-            allowed[r, C + r] = True
+    def level(expand, tok, par, allowed, position):
         feats = torch.stack([h_root if par[i] < 0 else out_h[par[i]] for i in expand])[None]
         h = fd.hidden(feats, torch.tensor([[tok[i] for i in expand]]), dcache,
-                      torch.full((1, E), dlen + d - 2, dtype=torch.long, device=feats.device),
+                      torch.full((1, len(expand)), position, dtype=torch.long, device=feats.device),
                       engine.additive(allowed))[0]
         for r, i in enumerate(expand):
-            slot[i], out_h[i] = C - dlen + r, h[r]
-        frontier = add(*children(h), expand, d)
-        passes += 1
-    return Tree(tok, par, dep, [math.exp(x) for x in score], passes)
+            out_h[i] = h[r]
+        return children(h)
+
+    return grow_tree(children(h_root[None]), level, dcache, dlen, depth, width, stop)
 
 
 def choose(tree: Tree, pending: int, cost, nodes: int) -> Tree:

@@ -40,47 +40,70 @@ def log_probs(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return torch.log_softmax(fit_vocab(logits.float(), vocab_size), -1)
 
 
-def grow(draft: Engine, vocab_size: int, lp_root: torch.Tensor, dcache, dlen: int, depth: int, branch: int,
-         width: int, stop: float):
-    """A tree (eagle.Tree) from the draft's log-probabilities lp_root (V,) at the context's last position; the
-    draft cache holds positions 0 .. dlen - 1 and gets the expanded nodes after them (crop it to dlen afterwards)."""
+def expansion_mask(cached: int, dlen: int, expand: list[int], parents: list[int], slot: dict) -> torch.Tensor:
+    """(E, cached + E) 'may attend' of a draft pass expanding the tree nodes `expand`: each row sees the context
+    (the cache's first dlen positions), its ancestors (the cache's position dlen + slot[ancestor]) and itself."""
+    E = len(expand)
+    allowed = torch.zeros(E, cached + E, dtype=torch.bool)
+    allowed[:, :dlen] = True
+    for r, i in enumerate(expand):
+        a = parents[i]
+        while a >= 0:
+            allowed[r, dlen + slot[a]] = True
+            a = parents[a]
+        allowed[r, cached + r] = True
+    return allowed
+
+
+def grow_tree(first: tuple, level, dcache, dlen: int, depth: int, width: int, stop: float):
+    """A tree (eagle.Tree) grown level by level - the growth `sps` and `eagle` share. first: (scores, tokens), one
+    row of the root's children (log-probabilities, token ids). Each further level expands the `width` nodes of the
+    newest one with the best path scores in one draft pass, `level(expand, tokens, parents, allowed, position)` ->
+    (scores, tokens) rows of children for each node in `expand`: it feeds those nodes' tokens at `position` with the
+    (E, cached + E) mask `allowed` (`expansion_mask`) to the draft, whose cache holds the context's dlen positions
+    and then the nodes expanded so far (crop it to dlen afterwards). Stops after `depth` levels, or once the nodes
+    to expand hold less than `stop` of the draft's probability."""
     from .eagle import Tree
     tok, par, dep, score = [], [], [], []
     slot = {}
 
-    def add(lp, parents, d):                 # lp (E, V_d): each row's best `branch` become its children
-        v, i = lp.topk(min(branch, lp.shape[-1]), -1)
+    def add(vs, ts, parents, d):
         new = []
         for row, p in enumerate(parents):
-            for x, t in zip(v[row].tolist(), i[row].tolist()):
+            for v, t in zip(vs[row], ts[row]):
                 tok.append(int(t)), par.append(p), dep.append(d)
-                score.append((score[p] if p >= 0 else 0.0) + x)
+                score.append((score[p] if p >= 0 else 0.0) + v)
                 new.append(len(tok) - 1)
         return new
 
-    frontier = add(lp_root[None], [-1], 1)
+    frontier = add(*first, [-1], 1)
     passes = 1
     for d in range(2, depth + 1):
         expand = sorted(frontier, key=lambda i: -score[i])[:width]
         if sum(math.exp(score[i]) for i in expand) < stop:
             break
-        C, E = Engine.cache_len(dcache), len(expand)
-        allowed = torch.zeros(E, C + E, dtype=torch.bool)
-        allowed[:, :dlen] = True
-        for r, i in enumerate(expand):
-            a = par[i]
-            while a >= 0:
-                allowed[r, dlen + slot[a]] = True
-                a = par[a]
-            allowed[r, C + r] = True
-        positions = torch.full((1, E), dlen + d - 2, dtype=torch.long)
-        logits = draft.forward([tok[i] for i in expand], dcache, positions, draft.additive(allowed),
-                               logits_to_keep=E, upcast=False)[0]
+        C = Engine.cache_len(dcache)
+        vs, ts = level(expand, tok, par, expansion_mask(C, dlen, expand, par, slot), dlen + d - 2)
         for r, i in enumerate(expand):
             slot[i] = C - dlen + r
-        frontier = add(log_probs(logits, vocab_size), expand, d)
+        frontier = add(vs, ts, expand, d)
         passes += 1
     return Tree(tok, par, dep, [math.exp(x) for x in score], passes)
+
+
+def grow(draft: Engine, vocab_size: int, lp_root: torch.Tensor, dcache, dlen: int, depth: int, branch: int,
+         width: int, stop: float):
+    """`sps`'s tree from the draft's log-probabilities lp_root (V,) at the context's last position (`grow_tree`)."""
+    def children(lp):                        # (E, V) -> each row's best `branch` scores and token ids
+        v, i = lp.topk(min(branch, lp.shape[-1]), -1)
+        return v.tolist(), i.tolist()
+
+    def level(expand, tok, par, allowed, position):
+        logits = draft.forward([tok[i] for i in expand], dcache, torch.full((1, len(expand)), position),
+                               draft.additive(allowed), logits_to_keep=len(expand), upcast=False)[0]
+        return children(log_probs(logits, vocab_size))
+
+    return grow_tree(children(lp_root[None]), level, dcache, dlen, depth, width, stop)
 
 
 def tree_steps(run: Run, draft: Engine):
