@@ -732,6 +732,9 @@ chain or a tree of its proposals gains 1.1×. On the held-out training prompts t
 
 {section(f.name)}"""
     for name, lead in (("draft-share-amx.md", "Drafting's share of the time (issue 17 asks for it):"),
+                       ("eagle-nodes-amx.md", "`eagle` with larger trees on this CPU, where rows are cheap (held-out "
+                                              "training prompts): 2.92-2.98 tokens per pass whatever the cap, "
+                                              "2.12-2.18x, within one run's noise, so the defaults stay:"),
                        ("sps-tree-amx.md", "`sps` drafting a tree:"),
                        ("lud-verified-amx.md", "`lud-verified` on this CPU: the branch layout (a group of pad slots "
                                                "after every prefix of the drafts, so a refused draft still leaves "
