@@ -299,6 +299,10 @@ def test_sps_tree_greedy_equals_ar(target, other_draft, which):
     assert drafted > 0
     if which == "sharpened":       # confident: deep paths pay by the cost cut and are accepted
         assert accepted > 40 and deep > 5
+        for n in range(1, 7):      # the budget holds whatever the tree's depth
+            ref, _ = run(target, "ar", PROMPTS[3], max_new_tokens=n)
+            got, steps = run(target, "sps", PROMPTS[3], max_new_tokens=n, params=params)
+            assert got == ref and len(got) == n and steps[-1].finish_reason == "length"
 
 
 def test_sps_counts_draft_passes_and_adapts_k(target, other_draft):
