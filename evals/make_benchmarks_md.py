@@ -843,6 +843,8 @@ def default_part() -> str:
     acc = (card.get("heldout_acceptance") or {})
     ptp_cfg = ROOT / "data" / "adapters" / "qwen2.5-coder-0.5b-instruct" / "ptp" / "adapter_config.json"
     ptp_part = ""
+    xeon_table = (", and so did the Xeon table" if date.startswith("2026-12-03")
+                  else "; the Xeon table above (session 33) ran it")
     if ptp_cfg.exists():
         pc = json.loads(ptp_cfg.read_text())
         fin = pc.get("final_eval") or {}
@@ -878,12 +880,19 @@ The EPYC table above (2026-12-05 00:00 UTC) ran this code: ptp 1.04-1.40x `ar` o
 
 The adapter was replaced at 21:23 UTC on 2026-12-04 by a continuation at lr 1e-4 on 546 prompts (its card: held-out
 greedy tokens per pass 1.98 -> 2.11 on the same 12 rows). The EPYC benchmark table and the EPYC tune ran it; the Xeon
-table and the Xeon tunes ran the adapters before it.
+tunes ran the adapters before it{xeon_table}.
 """
-    return f"""**Machine**: {machine}. **Date**: {date}. The code these runs measured: row-exact attention with p·v in
-float32 and the down projection in 32-row pieces; since then p·v sums in float64 (no measurable cost on the EPYC:
-one-token pass 60.2 → 58.7 ms) and the linears' row plan is probed per CPU (on this Xeon it is the same 32-row
-pieces), so the second CPU's runs below are the ones on the code as it stands (also for `sps` and `hf-assisted`: the draft and `sps`'s k rule changed on 2026-12-05 after this CPU's runs). One `bench` run per suite, all strategies of a suite in
+    if date.startswith("2026-12-03"):
+        code_note = ("The code these runs measured: row-exact attention with p·v in float32 and the down projection in "
+                     "32-row pieces; since then p·v sums in float64 (no measurable cost on the EPYC: one-token pass 60.2 "
+                     "→ 58.7 ms) and the linears' row plan is probed per CPU (on this Xeon it is the same 32-row "
+                     "pieces), so the second CPU's runs below are the ones on the code as it stands (also for `sps` and "
+                     "`hf-assisted`: the draft and `sps`'s k rule changed on 2026-12-05 after this CPU's runs).")
+    else:
+        code_note = ("The code these runs measured: the code of session 33, with `sps`'s draft of 2026-12-05, "
+                     "`eagle`'s feature draft of session 31 and the PTP adapter of 2026-12-04 21:23 UTC (the "
+                     "previous runs on this CPU, 2026-12-03, are in git history).")
+    return f"""**Machine**: {machine}. **Date**: {date}. {code_note} One `bench` run per suite, all strategies of a suite in
 the same run (`bash evals/run_benchmarks.sh default` with `N_DEFAULT` = the first N items of each suite; greedy, 64
 new tokens, no perplexity pass; *n* counts generations per strategy, a conversation item holding several turns).
 {dtype_note}
