@@ -30,12 +30,10 @@ from .. import passcost, verification
 from ..engine import Engine
 from .base import Run
 
-TREE_WIDTHS = (1, 2, 4, 8, 12, 16, 24, 32)     # target pass widths timed for the tree's size
-
 
 def log_probs(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """Draft logits (..., V_d) -> log-probabilities over the target's vocabulary (`fit_vocab`: a draft vocabulary
-    is a prefix of the target's, so a column is a token id)."""
+    """Draft logits (..., V_d) -> log-probabilities over the target's vocabulary (`fit_vocab`: a column is a token
+    id; ids the draft lacks get -inf)."""
     from .speculative import fit_vocab
     return torch.log_softmax(fit_vocab(logits.float(), vocab_size), -1)
 
@@ -108,7 +106,7 @@ def grow(draft: Engine, vocab_size: int, lp_root: torch.Tensor, dcache, dlen: in
 
 def tree_steps(run: Run, draft: Engine):
     """`sps`'s steps with a drafted tree (the module's docstring); same Step figures as `eagle`'s tree."""
-    from .eagle import TreeRule, choose, tree_mask
+    from .eagle import TREE_WIDTHS, TreeRule, choose, tree_mask
     engine, request, p, out, tcache = run.engine, run.request, run.params, run.out, run.cache
     sp = request.sampling
     rng = verification.Rng(request.seed)
