@@ -203,7 +203,7 @@ def test_arena_race_columns_chart_stop(app, page):
     assert not any(u.startswith(("ptp", "lud", "focus")) for u in unavailable), unavailable  # their parameters ship
     page.get_by_role("checkbox", name=re.compile(r"^ptp —")).first.check()          # its adapter ships
     page.get_by_role("checkbox", name=re.compile(r"^sot —")).first.check()
-    page.get_by_role("checkbox", name=re.compile(r"^lookahead —")).first.uncheck()  # a default of the Arena
+    page.get_by_role("checkbox", name=re.compile(r"^eagle —")).first.uncheck()  # a default of the Arena
     page.locator("#pd-prompt textarea").fill("Give three short tips for naming Python variables.")
     n = page.locator("#pd-max-new input[type=number]")
     n.fill("160")

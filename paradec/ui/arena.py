@@ -529,7 +529,10 @@ class Arena:
     # ------------------------------------------------------------------ layout
     def build(self):
         avail_names = [v for _, v in self.available]
-        default = [n for n in ("ar", "pld", "lookahead") if n in avail_names] or avail_names[:2]
+        # ticked at first: ar, pld (needs nothing trained) and the fastest lossless strategy on the default model
+        # (eagle, where its draft ships; lookahead elsewhere)
+        first = ("ar", "pld", "eagle") if "eagle" in avail_names else ("ar", "pld", "lookahead")
+        default = [n for n in first if n in avail_names] or avail_names[:2]
         groups = grouped_catalogue(self.engine)
         with gr.Row(equal_height=False, elem_id="pd-arena"):
             # left: the controls, compact; right: the race itself, at the top of the page
