@@ -90,7 +90,8 @@ def main(argv=None) -> int:
         drafts = sum(s.draft_passes for x in ls for s in x.steps)
         speed = toks / sum(x.clock for x in ls)
         share = sum(s.draft_s for x in ls for s in x.steps) / sum(x.clock for x in ls)
-        rows.append({"config": n, "tokens_per_pass": toks / passes, "draft_passes_per_token": drafts / toks,
+        rows.append({"config": n, "tokens_per_pass": toks / passes if passes else None,   # None: not reported
+                     "draft_passes_per_token": drafts / toks,
                      "draft_share": share,
                      "tok_s": speed, "speedup": speed / ar_speed,
                      "mismatches": sum(x.token_ids != a.token_ids for x, a in zip(ls, lanes["ar"]))})
@@ -105,7 +106,8 @@ def main(argv=None) -> int:
              "of the time | tokens/s | speed-up vs ar | mismatches vs ar |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| `{r['config']}` | {r['tokens_per_pass']:.2f} | {r['draft_passes_per_token']:.2f} | "
+        tpp = f"{r['tokens_per_pass']:.2f}" if r["tokens_per_pass"] is not None else "–"
+        lines.append(f"| `{r['config']}` | {tpp} | {r['draft_passes_per_token']:.2f} | "
                      f"{100 * r['draft_share']:.1f}% | {r['tok_s']:.2f} | {r['speedup']:.2f}× | {r['mismatches']} |")
     write_page(lines, args.markdown)
     return 0
