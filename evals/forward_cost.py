@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -80,7 +81,6 @@ def print_table(flags: str, e, args, rows: list[tuple[str, dict[int, float]]]) -
 def curve(e, cache, context: int, tokens: list[int], repeats: int, g, gate=None) -> dict[int, float]:
     """Best-of-`repeats` seconds of a pass over T new tokens after `context` cached ones, for each T; with
     `gate` (an adapter), its gate open on the pass's last T-1 rows."""
-    from contextlib import nullcontext
     out = {}
     for T in tokens:
         new = torch.randint(0, 1000, (T,), generator=g).tolist()
@@ -107,7 +107,8 @@ def lud_cost(args, e, cache, g) -> int:
         for T in tokens:
             plain.update(curve(e, cache, args.context, [T], args.repeats, g))
             gated.update(curve(e, cache, args.context, [T], args.repeats, g, gate=ad))
-    print_table(f"--dtype {args.dtype} --lud --tokens {args.tokens} --repeats {args.repeats}", e, args, [("plain", plain), ("LUD gate on T-1 rows", gated)])
+    print_table(f"--dtype {args.dtype} --lud --tokens {args.tokens} --repeats {args.repeats}", e, args,
+                [("plain", plain), ("LUD gate on T-1 rows", gated)])
     return 0
 
 

@@ -1,9 +1,9 @@
-"""One eval set drawn from every built-in suite: `python evals/mix_suites.py --per-suite N [--skip S] --out FILE.jsonl`.
+"""One eval set drawn from every built-in suite: `python evals/mix_suites.py --per-suite N [--skip S] --out F`.
 
-Takes the first N items of each suite (after its first S with `--skip`: a second, disjoint sample) in evals/suites/ (longcontext left out: its prompts need the long-context
-strategies), keeps their turns, references and ids, and sets each item's category to its suite's name, so one
-`bench --eval-set FILE` run reports every suite as a category of the same run. The selection is the suites'
-own order: nothing is chosen by how a strategy does on it.
+Takes the first N items of each suite in evals/suites/ (after its first S with `--skip`: a second, disjoint sample;
+longcontext left out: its prompts need the long-context strategies), keeps their turns, references and ids, and sets
+each item's category to its suite's name, so one `bench --eval-set FILE` run reports every suite as a category of
+the same run. The selection is the suites' own order: nothing is chosen by how a strategy does on it.
 """
 from __future__ import annotations
 

@@ -253,9 +253,9 @@ class SpeculativeSampling(Strategy):
         "draft": Param("", str, help="draft model with the same tokenizer: on a server, the name of one its operator "
                                      "configured (serve --draft); in process, a model folder (default: the model "
                                      "profile's draft)"),
-        "tree": Param(False, bool, help="draft a tree of the draft's likeliest tokens and verify its likeliest nodes in "
-                                        "one tree-masked pass (speculative_tree.py; adaptive: draft only while it "
-                                        "pays) instead of a chain of k"),
+        "tree": Param(False, bool, help="draft a tree of the draft's likeliest tokens and verify its likeliest "
+                                        "nodes in one tree-masked pass (speculative_tree.py; adaptive: draft only "
+                                        "while it pays) instead of a chain of k"),
         **tree_params(),
     }
 

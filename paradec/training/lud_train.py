@@ -219,7 +219,8 @@ def replay_verified(x, greedy, cuts: list[int], conf, top, k: int, threshold: fl
     the base's own token); when all were accepted, the pad slots read after them (the cut at the next position)
     give the next pass's drafts by `replay_step`'s rule, else the next pass has none (with `branch`, the strategy's
     branch layout, the pads read after the accepted ones give them whether or not a draft was refused). The first
-    pass is the prompt's (no drafts). With the answer as long as the request's budget, these are the strategy's own counts."""
+    pass is the prompt's (no drafts). With the answer as long as the request's budget, these are the strategy's own
+    counts."""
     at = {c: g for g, c in enumerate(cuts)}
     end = len(x)                        # positions cuts[0] .. len(x) - 1 are the answer's tokens to emit
     s, drafts, tokens, passes = cuts[0], [], 0, 0
