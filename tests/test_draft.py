@@ -229,6 +229,33 @@ def test_soft_loss_renormalises_over_the_kept_vocabulary_and_trains(target):
 
 
 @pytest.mark.slow
+def test_train_draft_continues_from_init_with_its_vocabulary_on_answers_of_another_dtype(model_dir, tmp_path):
+    """`--init D` starts from D's weights, shape and vocabulary (not a new one chosen from more answers);
+    `--answer-dtype bfloat16 --sampled-prompts K` makes the target answer in bf16 (cached apart from float32
+    answers) and gives the prompts after the first K a greedy answer only."""
+    from safetensors.torch import load_file
+    from paradec.training import draft_distill as DD
+    base = ["--model", str(model_dir), "--batch", "2", "--eval-prompts", "9", "--gen-tokens", "8", "--gen-batch", "9",
+            "--calib-rows", "2", "--fill-chars", "20000", "--work", str(tmp_path / "w")]
+    assert DD.main(base + ["--intermediate", "64", "--vocab", "400", "--steps", "3", "--eval-every", "3",
+                           "--prompts", "9", "--out", str(tmp_path / "d1")]) == 0
+    first = load_file(str(tmp_path / "d1" / D.WEIGHTS))
+    assert DD.main(base + ["--vocab", "300", "--steps", "2", "--eval-every", "2", "--lr", "0", "--prompts", "12",
+                           "--sampled-prompts", "9", "--answer-dtype", "bfloat16", "--init", str(tmp_path / "d1"),
+                           "--out", str(tmp_path / "d2"), "--work", str(tmp_path / "w2"),
+                           "--teacher-cache", str(tmp_path / "w")]) == 0
+    second = load_file(str(tmp_path / "d2" / D.WEIGHTS))
+    assert second.keys() == first.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)          # lr 0: the init's weights, unchanged
+    cfg = json.loads((tmp_path / "d2" / D.CONFIG).read_text())
+    assert cfg["kept_tokens"] == 400 and cfg["intermediate_size"] == 64 and cfg["init"]["steps"] == 3
+    assert "the first 9 with one sampled" in cfg["data"] and "the other 3 the greedy one only" in cfg["data"]
+    assert "(bfloat16)" in cfg["data"]
+    assert "continuing a draft of 3 steps" in (tmp_path / "d2" / "README.md").read_text()
+    assert torch.load(tmp_path / "w" / "teacher_bfloat16.pt")["key"]["dtype"] == "bfloat16"
+    assert "dtype" in torch.load(tmp_path / "w" / "teacher.pt")["key"]     # the float32 answers, kept apart
+
+
 def test_train_draft_on_soft_targets_with_corpus_windows(model_dir, tmp_path):
     """`train draft --soft-top K --corpus-windows N`: the target labels its answers and N corpus windows with its
     top-K probabilities (cached in the work folder), the draft trains on them, and the card says so."""

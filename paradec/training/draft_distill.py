@@ -272,14 +272,29 @@ def train(args) -> Path:
     out = Path(args.out) if args.out else D.shipped_dir(engine.name)
     work = Path(args.work) if args.work else ROOT / "data" / "work" / f"{engine.name}-distill"
     work.mkdir(parents=True, exist_ok=True)
-    ans = TCH.answers(engine, args.prompts, args.eval_prompts, args.seed, args.max_prompt, args.gen_tokens,
-                      args.gen_batch, args.teacher_cache or args.work)
+    answerer = engine if args.answer_dtype == "float32" else Engine.load(args.model, dtype=args.answer_dtype)
+    ans = TCH.answers(answerer, args.prompts, args.eval_prompts, args.seed, args.max_prompt, args.gen_tokens,
+                      args.gen_batch, args.teacher_cache or args.work, args.sampled_prompts)
+    del answerer
     rows, held, data_desc = ans.rows, ans.held, ans.description
     teacher_min = ans.minutes_for_card()
     if args.teacher_only:
         print(f"teacher data: {len(rows)} rows, {len(held)} held-out ({teacher_min} min)", file=sys.stderr)
         return work
-    kept = choose_vocab(rows, args.vocab, set(engine.eos_ids), corpus_fill(engine, args.fill_chars))
+    init = None
+    if args.init:
+        try:
+            init = D.load(args.init, engine)
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"--init: {e}") from e
+        kept = init.kept_ids.tolist()                  # the vocabulary it was trained with
+        layers_of_init = ",".join(str(s) for s in init.meta["source_layers"])
+        if (layers_of_init, init.meta["intermediate_size"]) != (args.layers, args.intermediate):
+            print(f"--init: the draft's shape wins (layers {layers_of_init}, "
+                  f"{init.meta['intermediate_size']} MLP neurons)", file=sys.stderr)
+        args.layers, args.intermediate = layers_of_init, init.meta["intermediate_size"]
+    else:
+        kept = choose_vocab(rows, args.vocab, set(engine.eos_ids), corpus_fill(engine, args.fill_chars))
     cov = {"train": round(coverage(rows, kept), 4), "heldout": round(coverage(held, kept), 4)}
     print(f"vocabulary {len(kept)}: coverage of answer tokens train {cov['train']}, held-out {cov['heldout']}",
           file=sys.stderr)
@@ -287,10 +302,16 @@ def train(args) -> Path:
     ckpt = work / "draft_checkpoint.pt"
     st = checkpoint.load(ckpt)
     struct = {"layers": layers, "intermediate": args.intermediate, "kept": kept, "soft_top": args.soft_top,
-              "corpus_windows": args.corpus_windows, "corpus_share": args.corpus_share}
+              "corpus_windows": args.corpus_windows, "corpus_share": args.corpus_share,
+              **({"init": str(Path(args.init).resolve())} if args.init else {})}
     if st is not None and st.get("struct") == struct:
         draft = D.Draft.from_state(engine, st["config"], st["draft"], kept)
         print(f"resuming from step {st['step']}", file=sys.stderr)
+    elif init is not None:
+        st, draft = None, init
+        for p in draft.trainable():
+            p.requires_grad_(True)
+        print(f"continuing from {args.init} ({init.meta.get('steps')} steps)", file=sys.stderr)
     else:
         st = None
         calib = [torch.tensor([(list(r["prompt"]) + list(r["completion"]))[-args.max_len:]])
@@ -321,6 +342,9 @@ def train(args) -> Path:
                             f"({str(engine.dtype).replace('torch.', '')})",
                 "data": data_desc, "vocab_coverage": cov, "lr": args.lr, "batch": args.batch,
                 "max_len": args.max_len, "curve": curve, "complete": final,
+                "init": ({"folder": args.init, "steps": init.meta.get("steps"),
+                          "train_minutes": init.meta.get("train_minutes"),
+                          "heldout": init.meta.get("heldout_acceptance")} if init is not None else None),
                 "heldout_acceptance": curve[-1] if curve else None}
         draft.save(out, meta)
         checkpoint.save(ckpt, {"struct": struct, "config": draft.config_dict(), "draft": draft.state(),
@@ -355,7 +379,9 @@ def write_card(folder: Path) -> Path:
              f"File: {size / 1e6:.1f} MB (bfloat16).", "",
              f"- Trained with: `{cfg.get('trained_with')}`", f"- Data: {cfg.get('data')}",
              f"- Steps: {cfg.get('steps')} x batch {cfg.get('batch')} (rows of at most {cfg.get('max_len')} tokens), "
-             f"lr {cfg.get('lr')}", f"- Time: {TCH.time_text(cfg.get('train_minutes'), cfg.get('teacher_minutes'))}; "
+             f"lr {cfg.get('lr')}" + (f", continuing a draft of {cfg['init'].get('steps')} steps "
+                                      f"({cfg['init'].get('train_minutes')} min) from `{cfg['init'].get('folder')}`"
+                                      if cfg.get("init") else ""), f"- Time: {TCH.time_text(cfg.get('train_minutes'), cfg.get('teacher_minutes'))}; "
              f"hardware: {cfg.get('hardware')}",
              f"- Held-out per-token acceptance (draft argmax == target token): greedy answers {last.get('greedy')}, "
              f"sampled answers {last.get('sampled')}; by kind (greedy): {last.get('greedy_by_kind')}", "",
@@ -392,6 +418,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus-share", type=float, default=0.5, help="share of each batch drawn from those windows")
     p.add_argument("--teacher-dtype", default="bfloat16", help="dtype of the target when it labels (--soft-top)")
     p.add_argument("--prompts", type=int, default=288, help="training prompts answered by the target")
+    p.add_argument("--sampled-prompts", type=int,
+                   help="only the first N training prompts get a sampled answer besides the greedy one (default all)")
+    p.add_argument("--answer-dtype", default="float32",
+                   help="dtype of the target when it answers the prompts (bfloat16: the dtype it decodes in on a "
+                        "CPU with AMX or AVX512-BF16; the answers are cached per dtype)")
+    p.add_argument("--init", help="continue from the draft in this folder (its weights, shape and vocabulary; "
+                                  "a fresh optimiser and schedule)")
     p.add_argument("--eval-prompts", type=int, default=36)
     p.add_argument("--max-prompt", type=int, default=320, help="prompt tokens kept (the tail)")
     p.add_argument("--gen-tokens", type=int, default=128)

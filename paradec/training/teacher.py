@@ -5,11 +5,12 @@ standard library, disjoint from evals/suites) and the held-out ones, and has the
 once sampled at the PTP paper's settings (T 0.7, top-k 50, top-p 0.95) and once greedily (the Arena's
 default), in left-padded batches (`sampled_prompts` K: the prompts after the first K are answered greedily
 only, so a larger set costs half as much a prompt). The answers are cached under data/work/<model>-teacher/
-(teacher.pt, teacher_heldout.pt), per prompt and kind of answer, for one model, length and seed (a larger prompt
-set answers only its new prompts; saved every 96 prompts, so a stopped run keeps its work), so the draft distiller
-and the PTP trainer made for the same target read one set of answers: generating them costs about 40 minutes on 2
-CPU cores for the default model (the 512 greedy-only answers past the first 288 prompts: 26 minutes on a Zen 1
-EPYC), and a second trainer pays nothing.
+(teacher.pt, teacher_heldout.pt; teacher_bfloat16.pt and teacher_heldout_bfloat16.pt for answers made in bf16,
+whose greedy answers differ from float32's), per prompt and kind of answer, for one model, length and seed (a
+larger prompt set answers only its new prompts; saved every 96 prompts, so a stopped run keeps its work), so the
+draft distiller and the PTP trainer made for the same target read one set of answers: generating them costs about
+40 minutes on 2 CPU cores for the default model in float32 (the 512 greedy-only answers past the first 288
+prompts: 26 minutes on a Zen 1 EPYC), and a second trainer pays nothing.
 """
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ def default_cache(engine) -> Path:
     return ROOT / "data" / "work" / f"{engine.name}-teacher"
 
 
+def dtype_name(engine) -> str:
+    """The dtype the target answers in ("float32", "bfloat16"): greedy answers differ between precisions, so a
+    cache holds one."""
+    return str(engine.dtype).replace("torch.", "")
+
+
 def teacher_rows(engine, prompts: list[list[int]], max_new: int, seed: int, cache_file: Path, label: str,
                  batch: int = 16, sampled: bool = True, chunk: int = 96) -> list[dict]:
     """One sampled (T 0.7, top-k 50, top-p 0.95) and one greedy completion per prompt (`sampled` False: the
@@ -43,12 +50,12 @@ def teacher_rows(engine, prompts: list[list[int]], max_new: int, seed: int, cach
     the seed and the number of prompts answered that way before, so a cache built in steps is reproducible step
     for step."""
     from tqdm import tqdm
-    key = {"model": engine.name, "max_new": max_new, "seed": seed}
+    key = {"model": engine.name, "max_new": max_new, "seed": seed, "dtype": dtype_name(engine)}
     have: dict[tuple, list[dict]] = {}
     done: set[tuple[tuple, bool]] = set()          # (prompt, greedy) answered (possibly with nothing)
     if cache_file.exists():
         saved = torch.load(cache_file)
-        old = saved.get("key") or {}
+        old = {"dtype": "float32", **(saved.get("key") or {})}     # caches from before the dtype entry: float32
         if all(old.get(k) == v for k, v in key.items()):
             for r in saved["rows"]:
                 have.setdefault(tuple(r["prompt"]), []).append(r)
@@ -123,7 +130,8 @@ def answers(engine, n_prompts: int = 288, n_held: int = 36, seed: int = 0, max_p
     `sampled_prompts` K, the training prompts after the first K get the greedy answer only (half the cost: more
     prompts for the same time)."""
     cache = Path(cache) if cache else default_cache(engine)
-    files = (cache / "teacher.pt", cache / "teacher_heldout.pt")
+    tag = "" if dtype_name(engine) == "float32" else f"_{dtype_name(engine)}"     # one file per answering dtype
+    files = (cache / f"teacher{tag}.pt", cache / f"teacher_heldout{tag}.pt")
 
     def stamps():
         return [f.stat().st_mtime_ns if f.exists() else None for f in files]
@@ -145,7 +153,7 @@ def answers(engine, n_prompts: int = 288, n_held: int = 36, seed: int = 0, max_p
     cached = None not in before and stamps() == before
     desc = (f"{len(tr) + len(more)} training prompts (paradec.training.prompts, disjoint from evals/suites; 9 kinds), "
             + (f"the first {len(tr)} with " if more else "")
-            + f"one sampled (T 0.7, top-k 50, top-p 0.95) and one greedy answer each by the target"
+            + f"one sampled (T 0.7, top-k 50, top-p 0.95) and one greedy answer each by the target ({dtype_name(engine)})"
             + (f", the other {len(more)} the greedy one only" if more else "")
             + f", up to {gen_tokens} tokens; {len(va)} held-out prompts from held-out modules")
     return Answers(rows, held, desc, 0.0 if cached else (time.time() - t0) / 60, cached)
