@@ -8,7 +8,8 @@ time (the strategy's own draft_s per step, for sps and eagle), tokens/s and the 
 in the same run. Every sps output is checked token for token against ar. The benchmark suites are never read.
 A configuration with "strategy": "eagle" runs the feature-level draft instead (its other keys are eagle's
 parameters; `--eagle FOLDER` picks a feature draft other than the shipped one for all of them, a "folder" key for
-one of them, so two drafts meet in one run).
+one of them, so two drafts meet in one run; an sps configuration's "draft" key does the same for token-level
+drafts).
 
     python evals/sps_tune.py [--model M] [--draft FOLDER] [--eagle FOLDER] [--prompts 12] [--max-new-tokens 64]
         [--configs '{"rule": "cost"};{"rule": "transformers"};{"adaptive": false, "k": 2};{"strategy": "eagle"}']
@@ -71,7 +72,10 @@ def main(argv=None) -> int:
         run_cfg(st, warm, c, f)
     names = ["ar"] + [(st + " " if st != "sps" else "") + json.dumps({k: v for k, v in c.items() if k != "draft"})
                       + (f" ({f})" if f and f != args.eagle else "")
+                      + (f" (draft {c['draft']})" if c.get("draft") and c["draft"] != args.draft else "")
                       for st, c, f in zip(strategies, configs, folders)]
+    if len(set(names)) < len(names):
+        raise SystemExit(f"two configurations would share a row: {names}")
     lanes = {n: [] for n in names}
     for r in reqs:
         lanes["ar"].append(run_alone(e, "ar", r))
