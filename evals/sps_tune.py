@@ -11,7 +11,7 @@ parameters; `--eagle FOLDER` picks a feature draft other than the shipped one fo
 one of them, so two drafts meet in one run; an sps configuration's "draft" key does the same for token-level
 drafts).
 
-    python evals/sps_tune.py [--model M] [--draft FOLDER] [--eagle FOLDER] [--prompts 12] [--max-new-tokens 64]
+    python evals/sps_tune.py [--model M] [--dtype float32] [--draft FOLDER] [--eagle FOLDER] [--prompts 12] [--max-new-tokens 64]
         [--configs '{"rule": "cost"};{"rule": "transformers"};{"adaptive": false, "k": 2};{"strategy": "eagle"}']
         [--markdown docs/bench/sps_tune.md]
 """
@@ -40,6 +40,7 @@ CONFIGS = '{"rule": "cost"};{"rule": "transformers"};{"adaptive": false, "k": 1}
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model")
+    ap.add_argument("--dtype", help="the target's dtype (default: the engine's choice for this machine)")
     ap.add_argument("--draft", default="", help="draft folder (default: the model's shipped draft)")
     ap.add_argument("--eagle", default="", help="feature-draft folder for eagle configurations (default: shipped)")
     ap.add_argument("--prompts", type=int, default=12)
@@ -52,7 +53,7 @@ def main(argv=None) -> int:
     if args.draft:
         configs = [{**c, "draft": args.draft} if c.get("strategy", "sps") == "sps" else c for c in configs]
     strategies = [c.pop("strategy", "sps") for c in configs]
-    e = Engine.load(args.model)
+    e = Engine.load(args.model, dtype=args.dtype)
     from paradec import feature_draft
     from paradec.strategies.eagle import feature_draft as shipped_eagle
     folders = [c.pop("folder", args.eagle) if st == "eagle" else "" for st, c in zip(strategies, configs)]
