@@ -715,7 +715,7 @@ def amx_s33_part() -> str:
 
 The suites on an Intel Xeon with AMX-BF16, the regime the issues were written for (`python evals/forward_cost.py
 --dtype bfloat16` the same day: one token 56.4 ms, 4 / 16 tokens 1.09 / 1.20 of it), with the code and drafts as they
-stand: `eagle`'s feature draft of session 31 (held-out a1 0.641) and its tree settings chosen on held-out training
+stood in session 33 (`sps`'s draft of 2026-12-05, continued in session 34: next section): `eagle`'s feature draft of session 31 (held-out a1 0.641) and its tree settings chosen on held-out training
 prompts in earlier sessions, `sps` at its defaults (chain, cost rule), `lud-verified` at its defaults (threshold
 0.3, k = the parameters' 5 in bfloat16, chain layout), `lud` at its defaults. Two disjoint samples of the suites,
 one `bench` run each, greedy, 64 new tokens (`python evals/mix_suites.py --per-suite 4 [--skip 4]`); nothing was
@@ -750,6 +750,57 @@ chain or a tree of its proposals gains 1.1×. On the held-out training prompts t
 {lead} [docs/bench/{name}](docs/bench/{name})
 
 {section(name)}"""
+    return text
+
+
+def amx_s34_part() -> str:
+    """Issue 17 on the AMX Xeon (session 34): `sps`'s draft continued on 1,700 training prompts' answers, beside
+    the draft it continues on held-out training prompts (docs/bench/sps-draft-s34-heldout-amx.md), `sps` and
+    `hf-assisted` with it on the two samples of the suites session 33 ran with the earlier draft
+    (docs/bench/suites-amx-s34{a,b}.md against -s33{a,b}.md), and the same in float32 (docs/bench/sps-fp32-amx.md)."""
+    pairs = [(x, label) for x, label in (("a", "items 1-4 of each suite"), ("b", "items 5-8 of each suite"))
+             if (B / f"suites-amx-s34{x}.md").exists() and (B / f"suites-amx-s33{x}.md").exists()]
+    if not pairs:
+        return ""
+    lines = ["| sample | draft (session) | sps overall (τ) | sps code (τ) | hf-assisted overall | sps ÷ hf-assisted "
+             "| lossless mismatches |", "|---|---|---|---|---|---|---|"]
+    for x, label in pairs:
+        for session, name in (("of 2026-12-05 (33)", f"suites-amx-s33{x}.md"),
+                              ("of 2026-12-07 (34)", f"suites-amx-s34{x}.md")):
+            allr, code = rows(name), rows(name, "code")
+            ratio = relative(allr, "sps", "hf-assisted", "tokens/s")
+            mism = sum(int(allr[s]["lossless mismatches"]) for s in ("sps", "hf-assisted") if s in allr)
+            hfa = allr["hf-assisted"]["speed-up vs ar"] if "hf-assisted" in allr else "– (not in that run)"
+            lines.append(f"| {label} | {session} | {allr['sps']['speed-up vs ar']} ({allr['sps']['tokens/pass']}) | "
+                         f"{code['sps']['speed-up vs ar']} ({code['sps']['tokens/pass']}) | {hfa} | "
+                         f"{'–' if ratio is None else f'{ratio:.2f}'} | {mism} |")
+    taus = " and ".join(f"{rows(f'suites-amx-s33{x}.md')['sps']['tokens/pass']} -> "
+                        f"{rows(f'suites-amx-s34{x}.md')['sps']['tokens/pass']}" for x, _l in pairs)
+    text = f"""
+## `sps`'s draft continued on more answers (session 34, issue 17)
+
+The draft of 2026-12-05 (288 prompts' answers) continued on the target's bf16 answers to 1,700 training prompts
+(`train draft --init ... --prompts 1700 --sampled-prompts 288 --answer-dtype bfloat16 --soft-top 32`, 1,500 steps,
+37 min on this Xeon; card: data/drafts/qwen2.5-coder-0.5b-instruct/README.md): held-out greedy acceptance 0.504 ->
+0.596. Chosen on held-out training prompts, where it gains (below); on the suites, the same two samples session 33
+ran with the earlier draft (those rows are the session-33 runs: other runs, the same CPU model, the same day), it
+is a wash: τ {taus}; `hf-assisted` speeds up with it too, and `sps` ÷ `hf-assisted` stays under 1.2:
+
+""" + "\n".join(lines) + "\n"
+    for name, lead in (("sps-draft-s34-heldout-amx.md", "Both drafts on held-out training prompts, one run:"),
+                       ("sps-fp32-amx.md", "The same draft with the target in float32 on this CPU (rows dear): "
+                                           "`sps` ÷ `hf-assisted` 1.22 (chain) and 1.26 (tree) there, but `sps` "
+                                           "itself only at 1.01-1.05x `ar`:")):
+        if (B / name).exists():
+            text += f"""
+{lead} [docs/bench/{name}](docs/bench/{name})
+
+{section(name)}"""
+    for x, label in pairs:
+        text += f"""
+{label.capitalize()}, `sps` and `hf-assisted` with the session-34 draft:
+
+{section(f"suites-amx-s34{x}.md")}"""
     return text
 
 
@@ -893,10 +944,17 @@ tunes ran the adapters before it{xeon_table}.
                      "the same 32-row pieces), so the second CPU's runs below are the ones on the code as it stands "
                      "(also for `sps` and `hf-assisted`: the draft and `sps`'s k rule changed on 2026-12-05 after "
                      "this CPU's runs).")
-    else:
+    elif date < "2026-12-07 12":
         code_note = ("The code these runs measured: the code of session 33, with `sps`'s draft of 2026-12-05, "
                      "`eagle`'s feature draft of session 31 and the PTP adapter of 2026-12-04 21:23 UTC (the "
                      "previous runs on this CPU, 2026-12-03, are in git history).")
+    else:
+        code_note = ("The code these runs measured: the code of session 34, with `sps`'s draft of 2026-12-07 (the "
+                     "one of 2026-12-05 continued on 1,700 prompts' answers), `eagle`'s feature draft of session 31 "
+                     "and the PTP adapter of 2026-12-04 21:23 UTC (earlier runs on this CPU are in git history).")
+    init = card.get("init") or {}
+    draft_init = (f", continuing a draft of {init.get('steps')} steps ({init.get('train_minutes')} min)" if init
+                  else "")
     return f"""**Machine**: {machine}. **Date**: {date}. {code_note} One `bench` run per suite, all strategies of a suite in
 the same run (`bash evals/run_benchmarks.sh default` with `N_DEFAULT` = the first N items of each suite; greedy, 64
 new tokens, no perplexity pass; *n* counts generations per strategy, a conversation item holding several turns).
@@ -943,7 +1001,7 @@ goal: within 5%:
 **The draft** (`sps`, `hf-assisted`): distilled here, `data/drafts/qwen2.5-coder-0.5b-instruct/` (card beside it):
 target layers {card.get('source_layers')} with MLPs pruned to {card.get('intermediate_size')} neurons, a
 {card.get('kept_tokens')}-token vocabulary, {card.get('steps')} steps, {card.get('train_minutes')} min of training
-on {card.get('hardware')}; held-out per-token acceptance (greedy) **{acc.get('greedy')}**, sampled
+on {card.get('hardware')}{draft_init}; held-out per-token acceptance (greedy) **{acc.get('greedy')}**, sampled
 **{acc.get('sampled')}**. `sps` picks k after every step from its running acceptance rate and the measured pass
 costs ([docs/bench/sps-rules.md](docs/bench/sps-rules.md)). The draft's cost against the target
 (`python evals/draft_cost.py`):
@@ -1023,7 +1081,7 @@ def main() -> None:
 
 ## The default model: Qwen2.5-Coder-0.5B-Instruct
 
-{default_part()}{amx_s33_part()}
+{default_part()}{amx_s33_part()}{amx_s34_part()}
 
 ## Skeleton-of-Thought on the default model (issue 19)
 
