@@ -11,7 +11,8 @@ parameters; `--eagle FOLDER` picks a feature draft other than the shipped one fo
 one of them, so two drafts meet in one run; an sps configuration's "draft" key does the same for token-level
 drafts).
 
-    python evals/sps_tune.py [--model M] [--dtype float32] [--draft FOLDER] [--eagle FOLDER] [--prompts 12] [--max-new-tokens 64]
+    python evals/sps_tune.py [--model M] [--dtype float32] [--draft FOLDER] [--eagle FOLDER] [--prompts 12]
+        [--max-new-tokens 64]
         [--configs '{"rule": "cost"};{"rule": "transformers"};{"adaptive": false, "k": 2};{"strategy": "eagle"}']
         [--markdown docs/bench/sps_tune.md]
 """

@@ -289,9 +289,8 @@ def train(args) -> Path:
             raise SystemExit(f"--init: {e}") from e
         kept = init.kept_ids.tolist()                  # the vocabulary it was trained with
         layers_of_init = ",".join(str(s) for s in init.meta["source_layers"])
-        if (layers_of_init, init.meta["intermediate_size"]) != (args.layers, args.intermediate):
-            print(f"--init: the draft's shape wins (layers {layers_of_init}, "
-                  f"{init.meta['intermediate_size']} MLP neurons)", file=sys.stderr)
+        print(f"--init: the draft's own shape (layers {layers_of_init}, {init.meta['intermediate_size']} MLP "
+              f"neurons) and {len(kept)}-token vocabulary are kept", file=sys.stderr)
         args.layers, args.intermediate = layers_of_init, init.meta["intermediate_size"]
     else:
         kept = choose_vocab(rows, args.vocab, set(engine.eos_ids), corpus_fill(engine, args.fill_chars))
@@ -381,7 +380,8 @@ def write_card(folder: Path) -> Path:
              f"- Steps: {cfg.get('steps')} x batch {cfg.get('batch')} (rows of at most {cfg.get('max_len')} tokens), "
              f"lr {cfg.get('lr')}" + (f", continuing a draft of {cfg['init'].get('steps')} steps "
                                       f"({cfg['init'].get('train_minutes')} min) from `{cfg['init'].get('folder')}`"
-                                      if cfg.get("init") else ""), f"- Time: {TCH.time_text(cfg.get('train_minutes'), cfg.get('teacher_minutes'))}; "
+                                      if cfg.get("init") else ""),
+             f"- Time: {TCH.time_text(cfg.get('train_minutes'), cfg.get('teacher_minutes'))}; "
              f"hardware: {cfg.get('hardware')}",
              f"- Held-out per-token acceptance (draft argmax == target token): greedy answers {last.get('greedy')}, "
              f"sampled answers {last.get('sampled')}; by kind (greedy): {last.get('greedy_by_kind')}", "",

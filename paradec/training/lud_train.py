@@ -392,7 +392,7 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
     data = torch.load(data_file, weights_only=False) if data_file.exists() and cfg.data != "teacher" else {}
     if cfg.data == "teacher":
         from . import teacher as TCH
-        ans = TCH.answers(engine, cfg.prompts)   # cached: made once per target, shared with train ptp / draft
+        ans = TCH.answers(engine, cfg.prompts)   # cached per target and dtype, shared with train ptp / draft
         data = {"streams": None, "greedy": [(r["prompt"], r["completion"]) for r in ans.rows]}
         held = [r for r in ans.held if r["greedy"]]
         log(f"data: {len(data['greedy'])} teacher answers ({ans.description}); {len(held)} held-out greedy answers")

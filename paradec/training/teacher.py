@@ -153,7 +153,8 @@ def answers(engine, n_prompts: int = 288, n_held: int = 36, seed: int = 0, max_p
     cached = None not in before and stamps() == before
     desc = (f"{len(tr) + len(more)} training prompts (paradec.training.prompts, disjoint from evals/suites; 9 kinds), "
             + (f"the first {len(tr)} with " if more else "")
-            + f"one sampled (T 0.7, top-k 50, top-p 0.95) and one greedy answer each by the target ({dtype_name(engine)})"
+            + "one sampled (T 0.7, top-k 50, top-p 0.95) and one greedy answer each by the target "
+            + f"({dtype_name(engine)})"
             + (f", the other {len(more)} the greedy one only" if more else "")
             + f", up to {gen_tokens} tokens; {len(va)} held-out prompts from held-out modules")
     return Answers(rows, held, desc, 0.0 if cached else (time.time() - t0) / 60, cached)
