@@ -788,6 +788,9 @@ is a wash: τ {taus}; `hf-assisted` speeds up with it too, and `sps` ÷ `hf-assi
 
 """ + "\n".join(lines) + "\n"
     for name, lead in (("sps-draft-s34-heldout-amx.md", "Both drafts on held-out training prompts, one run:"),
+                       ("sps-tree-s34b-amx.md", "`sps tree=true` with this draft on items 5-8 (its own run; "
+                                                "session 33's tree with the earlier draft: 1.09x, τ 1.36, ÷ "
+                                                "`hf-assisted` 1.13):"),
                        ("sps-fp32-amx.md", "The same draft with the target in float32 on this CPU (rows dear): "
                                            "`sps` ÷ `hf-assisted` 1.22 (chain) and 1.26 (tree) there, but `sps` "
                                            "itself only at 1.01-1.05x `ar`:")):
