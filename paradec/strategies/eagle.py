@@ -51,7 +51,7 @@ from ..sampling import argmax
 from .base import Param, Run, Strategy, register
 from .prompt_lookup import ContextIndex
 from .speculative import DECAY, K_MAX, PROBE_EVERY, CostRule, draft_step, tree_params
-from .speculative_tree import grow_tree
+from .speculative_tree import grow_tree, verify
 
 TRAIN = "train it: python -m paradec train eagle --model MODEL"
 _LOCK = threading.Lock()
@@ -376,15 +376,7 @@ class Eagle(Strategy):
             drafting = time.perf_counter() - t0
             P, n = base - fed, len(tree.tokens)
             with FD.capture(engine, fd.aux) as got:
-                if n:
-                    positions = torch.tensor([list(range(fed, base)) + [base - 1 + d for d in tree.depths]])
-                    logits = engine.forward(seq[fed:] + tree.tokens, tcache, positions,
-                                            engine.tree_mask(fed, tree_mask(P, tree.parents)),
-                                            logits_to_keep=n + 1, upcast=False)[0]
-                else:                       # a plain pass (the prompt's): the model's own causal mask
-                    logits = engine.forward(seq[fed:], tcache, logits_to_keep=1, upcast=False)[0]
-            v, path = verification.tree(tree.tokens, tree.parents, logits, sp, rng)
-            engine.keep(tcache, base, path)
+                v, path = verify(engine, tcache, seq, fed, tree.tokens, tree.parents, tree.depths, sp, rng)
             Engine.crop(dcache, dlen)
             g = got[-1][0]
             new = torch.cat([g[:P], g[P + torch.tensor(path, dtype=torch.long, device=g.device)]])[None]

@@ -104,9 +104,28 @@ def grow(draft: Engine, vocab_size: int, lp_root: torch.Tensor, dcache, dlen: in
     return grow_tree(children(lp_root[None]), level, dcache, dlen, depth, width, stop)
 
 
+def verify(engine: Engine, tcache, seq: list[int], fed: int, tokens: list[int], parents: list[int],
+           depths: list[int], sp, rng):
+    """One target pass over the tokens it has not cached (seq[fed:]) and a drafted tree (tokens, parents, depths;
+    none: a plain pass), tree-masked; `verification.tree` walks the path the target accepts and the target's cache
+    keeps that path (`Engine.keep`). The verify step of `sps` and `eagle` with a tree. Returns (verdict, path)."""
+    from .eagle import tree_mask
+    base, n = len(seq), len(tokens)
+    if n:
+        positions = torch.tensor([list(range(fed, base)) + [base - 1 + d for d in depths]])
+        logits = engine.forward(seq[fed:] + tokens, tcache, positions,
+                                engine.tree_mask(fed, tree_mask(base - fed, parents)), logits_to_keep=n + 1,
+                                upcast=False)[0]
+    else:                                   # a plain pass (the prompt's, or a paused step): the causal mask
+        logits = engine.forward(seq[fed:], tcache, logits_to_keep=1, upcast=False)[0]
+    v, path = verification.tree(tokens, parents, logits, sp, rng)
+    engine.keep(tcache, base, path)
+    return v, path
+
+
 def tree_steps(run: Run, draft: Engine):
     """`sps`'s steps with a drafted tree (the module's docstring); same Step figures as `eagle`'s tree."""
-    from .eagle import TREE_WIDTHS, TreeRule, choose, tree_mask
+    from .eagle import TREE_WIDTHS, TreeRule, choose
     engine, request, p, out, tcache = run.engine, run.request, run.params, run.out, run.cache
     sp = request.sampling
     rng = verification.Rng(request.seed)
@@ -132,23 +151,15 @@ def tree_steps(run: Run, draft: Engine):
             tree = choose(grown, base - fed, lambda w: spent + passcost.cost_at(costs, w), p["nodes"])
             Engine.crop(dcache, dlen)
         drafting = time.perf_counter() - t0
-        tokens, parents = (tree.tokens, tree.parents) if tree is not None else ([], [])
-        P, n = base - fed, len(tokens)
-        if n:
-            positions = torch.tensor([list(range(fed, base)) + [base - 1 + d for d in tree.depths]])
-            logits = engine.forward(seq[fed:] + tokens, tcache, positions,
-                                    engine.tree_mask(fed, tree_mask(P, parents)), logits_to_keep=n + 1,
-                                    upcast=False)[0]
-        else:                               # a plain pass (the prompt's, or a paused step)
-            logits = engine.forward(seq[fed:], tcache, logits_to_keep=1, upcast=False)[0]
-        v, path = verification.tree(tokens, parents, logits, sp, rng)
-        engine.keep(tcache, base, path)
+        tokens, parents, depths = (tree.tokens, tree.parents, tree.depths) if tree is not None else ([], [], [])
+        n = len(tokens)
+        v, path = verify(engine, tcache, seq, fed, tokens, parents, depths, sp, rng)
         seq += v.tokens
         if rule is not None and drafts:
-            rule.update(len(path), spent + passcost.cost_at(costs, P + n))
+            rule.update(len(path), spent + passcost.cost_at(costs, base - fed + n))
         step = out.step(v.tokens, forward_passes=1, draft_passes=grown.passes if grown is not None else 0,
                         drafted=n, prefill=prefill,
-                        info={"nodes": n, "depth": max(tree.depths, default=0) if tree is not None else 0,
+                        info={"nodes": n, "depth": max(depths, default=0),
                               "draft_s": drafting})
         step.accepted = min(v.accepted, len(step.token_ids))
         yield step
