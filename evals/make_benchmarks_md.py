@@ -667,6 +667,16 @@ Drafting a chain (`tree=false`, k by sps's cost rule), the first run, on another
     return text
 
 
+def linked_page(name: str, lead: str) -> str:
+    """A page of docs/bench under a lead line that links it ("" when the page is missing)."""
+    if not (B / name).exists():
+        return ""
+    return f"""
+{lead} [docs/bench/{name}](docs/bench/{name})
+
+{section(name)}"""
+
+
 def amx_s33_part() -> str:
     """Issues 17 and 18 on an Intel Xeon with AMX-BF16 (session 33): `eagle`, `sps`, `hf-assisted`, `lud` and
     `lud-verified` beside `ar` on two disjoint samples of the suites (docs/bench/suites-amx-s33a.md, items 1-4 of
@@ -745,11 +755,7 @@ chain or a tree of its proposals gains 1.1×. On the held-out training prompts t
                                                "after every prefix of the drafts, so a refused draft still leaves "
                                                "the next pass drafts) against the chain, and what the LUD hooks "
                                                "cost a pass:")):
-        if (B / name).exists():
-            text += f"""
-{lead} [docs/bench/{name}](docs/bench/{name})
-
-{section(name)}"""
+        text += linked_page(name, lead)
     return text
 
 
@@ -794,11 +800,7 @@ is a wash: τ {taus}; `hf-assisted` speeds up with it too, and `sps` ÷ `hf-assi
                        ("sps-fp32-amx.md", "The same draft with the target in float32 on this CPU (rows dear): "
                                            "`sps` ÷ `hf-assisted` 1.22 (chain) and 1.26 (tree) there, but `sps` "
                                            "itself only at 1.01-1.05x `ar`:")):
-        if (B / name).exists():
-            text += f"""
-{lead} [docs/bench/{name}](docs/bench/{name})
-
-{section(name)}"""
+        text += linked_page(name, lead)
     for x, label in pairs:
         text += f"""
 {label.capitalize()}, `sps` and `hf-assisted` with the session-34 draft:
