@@ -174,6 +174,24 @@ def test_init_continues_from_earlier_parameters_and_the_card_says_so(eng, tmp_pa
     eng.extras.pop("lud", None)
 
 
+def test_teacher_data_with_greedy_only_prompts_from_a_given_cache(eng, tmp_path):
+    """--data teacher --sampled-prompts K --teacher-cache F: the first K training prompts are answered twice
+    (sampled and greedy), the others once (greedy), the answers are cached in F and a second run reads them."""
+    cfg = T.LUDTrainConfig(steps=1, batch=1, window=48, cuts=8, ckpt_every=1, warmup=1, data="teacher", prompts=5,
+                           sampled_prompts=2, teacher_cache=str(tmp_path / "answers"))
+    s = T.train_lud(eng, cfg, tmp_path / "out", log=lambda m: None, progress=False)
+    eng.extras.pop("lud", None)
+    assert s["teacher_rows"] == 2 * 2 + 3
+    cached = tmp_path / "answers" / "teacher.pt"
+    assert cached.exists()
+    stamp = cached.stat().st_mtime_ns
+    logs = []
+    T.train_lud(eng, cfg, tmp_path / "out2", log=logs.append, progress=False)
+    eng.extras.pop("lud", None)
+    assert cached.stat().st_mtime_ns == stamp                 # read, not answered again
+    assert any("the first 2 with one sampled" in m and "the other 3 the greedy one only" in m for m in logs)
+
+
 # ------------------------------------------------------------------ strategy
 
 def test_unavailable_without_parameters(eng):

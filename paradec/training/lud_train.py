@@ -85,6 +85,8 @@ class LUDTrainConfig:
     eval_rows: int = 8          # held-out greedy answers for the figures taken during training
     prompts: int = 288          # training prompts the teacher answers (--data teacher; the cache answers new ones only)
     init: str = ""              # start from the LUD parameters in this folder (same k, rank and targets)
+    sampled_prompts: int | None = None   # only the first N training prompts get a sampled answer too (teacher data)
+    teacher_cache: str = ""     # folder of the target's cached answers (default data/work/<model>-teacher)
 
 
 # ---------------------------------------------------------------- labels
@@ -392,7 +394,8 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
     data = torch.load(data_file, weights_only=False) if data_file.exists() and cfg.data != "teacher" else {}
     if cfg.data == "teacher":
         from . import teacher as TCH
-        ans = TCH.answers(engine, cfg.prompts)   # cached per target and dtype, shared with train ptp / draft
+        ans = TCH.answers(engine, cfg.prompts, cache=cfg.teacher_cache or None,   # cached per target and dtype,
+                          sampled_prompts=cfg.sampled_prompts)                  # shared with train ptp / draft
         data = {"streams": None, "greedy": [(r["prompt"], r["completion"]) for r in ans.rows]}
         held = [r for r in ans.held if r["greedy"]]
         log(f"data: {len(data['greedy'])} teacher answers ({ans.description}); {len(held)} held-out greedy answers")
@@ -604,6 +607,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="held-out acceptance figures every n steps (teacher data; 0 = at the end only)")
     p.add_argument("--eval-rows", type=int, default=d.eval_rows, help="held-out answers for those figures")
     p.add_argument("--prompts", type=int, default=d.prompts, help="training prompts for teacher answers (--data teacher)")
+    p.add_argument("--sampled-prompts", type=int,
+                   help="only the first N training prompts get a sampled answer besides the greedy one (default all)")
+    p.add_argument("--teacher-cache", default="",
+                   help="folder of the target's cached answers (default data/work/<model>-teacher)")
     p.add_argument("--init", default="", help="start from the LUD parameters in this folder (same --k, --rank and "
                                               "--targets) instead of from scratch")
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default: a tenth of --steps, at most 20)")
@@ -631,6 +638,7 @@ def train_lud_main(argv: list[str]) -> int:
                          window=args.window, cuts=args.cuts, targets=args.targets, lr=args.lr, greedy=args.greedy,
                          seed=args.seed, data=args.data, eval_every=args.eval_every, eval_rows=args.eval_rows,
                          ckpt_every=args.ckpt_every, max_docs=args.max_docs, prompts=args.prompts, init=args.init,
+                         sampled_prompts=args.sampled_prompts, teacher_cache=args.teacher_cache,
                          warmup=args.warmup if args.warmup is not None else min(20, max(1, args.steps // 10)))
     summary = train_lud(engine, cfg, out, args.work, log=lambda m: print(m, file=sys.stderr),
                         progress=not args.no_progress)
