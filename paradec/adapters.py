@@ -37,10 +37,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from . import kernels
+from . import kernels, native
 
 WEIGHTS = "adapter.safetensors"
 _PACKING = kernels.packing_available()      # bf16 LoRA products in oneDNN's packed layout (`_packed_pair`)
+_NATIVE = True             # bf16 deltas of a few tail rows through paradec's native kernel (`_group_delta`)
 SIGNATURE = ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")
 _DEFAULT = object()        # "no gate given": the adapter's own default gate
 
@@ -214,6 +215,7 @@ class GatedAdapter(nn.Module):
         self.__dict__["_stash"] = None         # sibling linears' shared first LoRA product (see _linear_hook)
         self.__dict__["_stacks"] = {}          # their stacked parameters (see _stacked)
         self.__dict__["_packs"] = {}           # the same in oneDNN's bf16 layout (see _packed_pair)
+        self.__dict__["_natives"] = {}         # the same for paradec's native kernel (see _native_pair)
         self.__dict__["_fits"] = None          # (model id, name) the fit check passed for
         self.__dict__["folder"] = None         # the folder `load` read it from (None: built in memory)
 
@@ -318,7 +320,7 @@ class GatedAdapter(nn.Module):
                 rows = gate.gather(x)
                 if rows is None:
                     return None
-                st = self.__dict__["_stash"] = self._group_delta(members, x, rows, gate)
+                st = self.__dict__["_stash"] = self._group_delta(members, x, rows, gate, out)
             if st[4] is None:                  # packed: st[3] holds every member's delta
                 whole = st[6]
                 if whole is not None and out.untyped_storage().data_ptr() == whole.untyped_storage().data_ptr():
@@ -330,7 +332,12 @@ class GatedAdapter(nn.Module):
     # Decoding (no gradient): the LoRA pairs of sibling linears (kernels.SIBLINGS: q/k/v, gate/up), which read
     # one input, share their first product: x [A_q; A_k; A_v]^T is one matmul instead of three, and the rows
     # are gathered and converted once. The stash holds what the group computed for the input tensor the
-    # siblings share (`is`, with the gate). Two ways on:
+    # siblings share (`is`, with the gate). Three ways on:
+    # * bf16 on a CPU, batch 1, a tail gate of at most native.LORA_ROWS rows (a decoding pass's pad slots), with
+    #   paradec's native kernel built (`native.lora_add`): the group's whole delta - first products, second products,
+    #   the addition into the stacked output (or a lone linear's output) - is one call on the calling thread, in
+    #   float32 inside. The oneDNN way below makes 2 calls a group, 192 a pass for 24 layers, each a parallel region
+    #   of a few microseconds' work: on the AMX Xeon they cost 11-17 ms a pass (docs/bench/lud-verified-amx.md).
     # * bf16 on a CPU with oneDNN (`_packed_pair`): the second products are one too, through a block-diagonal
     #   [scale_q B_q, 0, 0; 0, scale_k B_k, 0; ...] (its zeros cost less than two more calls), both in bf16 in
     #   oneDNN's packed layout (half the bytes of float32; a rank-32 pair of Qwen2.5-0.5B's MLP reads 1.2 MB).
@@ -344,10 +351,15 @@ class GatedAdapter(nn.Module):
     # * elsewhere each sibling's hook multiplies its columns of the first product by its scale * B^T, in
     #   float32 on a CPU (a few rows by a rank-r matrix: about 50 us against 80 us for a plain bf16 matmul).
 
-    def _group_delta(self, members: tuple, x: torch.Tensor, rows: torch.Tensor, gate: Gate) -> tuple:
-        """The stash for a group's input `x`: (x, gate, members, product, per-member B^T or None, column slices,
-        the stacked output the deltas were added to or None)."""
+    def _group_delta(self, members: tuple, x: torch.Tensor, rows: torch.Tensor, gate: Gate, out: torch.Tensor) -> tuple:
+        """The stash for a group's input `x` (`out`: the output of the linear whose hook asks): (x, gate, members,
+        product, per-member B^T or None, column slices, the output the deltas were added to or None)."""
         r2 = rows.reshape(-1, rows.shape[-1])
+        if (_NATIVE and gate.tail is not None and x.dim() == 3 and x.shape[0] == 1 and x.dtype == torch.bfloat16
+                and x.device.type == "cpu" and r2.shape[0] <= native.LORA_ROWS and native.available()):
+            whole = out if len(members) == 1 else kernels.stacked_output([self._mods[n] for n in members], x)
+            if whole is not None and native.lora_add(r2, self._native_pair(members), whole[0, -r2.shape[0]:]):
+                return (x, gate, members, None, None, None, whole)
         if x.device.type == "cpu" and x.dtype == torch.bfloat16 and _PACKING and r2.shape[0] > 1:
             ap, bp, cols = self._packed_pair(members)
             d = kernels.linear_packed(kernels.linear_packed(r2, ap), bp)
@@ -388,6 +400,16 @@ class GatedAdapter(nn.Module):
             hit = (tag, ap, bp, cols, params, [t._version for t in params])
             self._packs[members] = hit
         return hit[1], hit[2], hit[3]
+
+    def _native_pair(self, members: tuple) -> tuple:
+        """`native.lora_pack` of a sibling group's LoRA pairs, rebuilt whenever a parameter changes (its version)
+        or is another tensor."""
+        pairs = [self.lora_pair(n) for n in members]
+        tag = tuple((id(a), a._version, id(b), b._version, float(sc)) for a, b, sc in pairs)
+        hit = self._natives.get(members)
+        if hit is None or hit[0] != tag:
+            hit = self._natives[members] = (tag, native.lora_pack(pairs))
+        return hit[1]
 
     def _sibling_groups(self) -> dict[str, tuple]:
         """{module name: (its group's member names, its index)} for every LoRA-pair linear (siblings together)."""

@@ -1,4 +1,5 @@
-"""paradec's own row-exact linear for x86 CPUs with AVX2 and FMA (paradec/csrc/rowlinear.cpp), built here.
+"""paradec's own row-exact linear for x86 CPUs with AVX2 and FMA (paradec/csrc/rowlinear.cpp), built here; also a
+few-row LoRA delta (`lora_add`).
 
 Why. A decoding pass over T new tokens multiplies a (T, in) activation by every weight. On a CPU without AMX,
 torch's float32 products for a few rows either read the weight more than once (F.linear) or give a row other
@@ -17,6 +18,11 @@ Measured on an AMD EPYC 7001 (Zen 1, AVX2, 2.0 GHz, 2 threads), (4864 x 896) pro
 rows: this kernel with a bfloat16 copy 0.42 / 0.71 / 1.82 / 9.4; torch's F.linear 1.30 / 4.41 / 6.41 / 13.9; the
 streamed W @ x^T 1.31 / 1.12 / 3.70 / 9.1 (without the row plans it needs to be exact). The LM head (151,936 x 896)
 over one row 13.9 ms against 37.6 ms. Past about 4 rows that CPU's FMA throughput, not memory, sets the cost.
+
+It also holds the gated adapters' LoRA deltas for a few rows (`lora_add`, paradec/adapters.py): LUD's, PTP's
+pad slots in a bf16 pass, a sibling group's first and second products and the addition in one call on the
+calling thread. Those are microseconds of work each, 96 groups a pass for Qwen2.5-0.5B; as two oneDNN calls
+each, every one a parallel region, they cost 11-17 ms of a 63 ms pass on an AMX Xeon.
 
 How it is built: on first use, g++ compiles the source into a shared library under the user's cache
 (`PARADEC_NATIVE_DIR`, default ~/.cache/paradec/native), named by the source's hash, about 2 s; ctypes loads it.
@@ -90,6 +96,9 @@ def _load() -> ctypes.CDLL | None:
             ctypes.c_void_p, ctypes.c_int]
     for fn in (dll.pd_linear_bf16, dll.pd_linear_f32):
         fn.argtypes, fn.restype = args, None
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    dll.pd_lora_bf16.argtypes = [ptr, i64, i64, i64, ptr, i64, i64, ptr, ptr, ptr, i64]
+    dll.pd_lora_bf16.restype = ctypes.c_int
     return dll
 
 
@@ -148,3 +157,34 @@ def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch
         fn(x2.data_ptr(), m, k, packed.data_ptr(), out_features, None if b is None else b.data_ptr(),
            y.data_ptr(), int(threads or torch.get_num_threads()))
     return y.to(x.dtype).view(*x.shape[:-1], out_features)
+
+
+LORA_ROWS = 8          # rows `lora_add` takes (the pad slots of a decoding pass; more go through oneDNN)
+
+
+def lora_pack(pairs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`lora_add`'s operands for LoRA pairs [(A (r_s, in), B (out_s, r_s), scale)] that read one input and write
+    consecutive output columns: (the A's stacked (r, in), each scale * B^T (r_s, out_s) one after another, 4 int64
+    per member: its first row of the stack, r_s, its first output column, out_s), in bfloat16."""
+    a = torch.cat([p[0].detach() for p in pairs]).to(torch.bfloat16).contiguous()
+    bt = torch.cat([(p[1].detach().float().t() * p[2]).to(torch.bfloat16).reshape(-1) for p in pairs]).contiguous()
+    seg, r0, o0 = [], 0, 0
+    for p in pairs:
+        seg += [r0, p[0].shape[0], o0, p[1].shape[0]]
+        r0, o0 = r0 + p[0].shape[0], o0 + p[1].shape[0]
+    return a, bt, torch.tensor(seg, dtype=torch.int64)
+
+
+def lora_add(x: torch.Tensor, packed: tuple, y: torch.Tensor) -> bool:
+    """y += the LoRA deltas of `lora_pack`'s pairs for the rows x (M, in), in place, y (M, sum out_s); both bf16
+    with contiguous rows, 1 <= M <= LORA_ROWS. One call on this thread, float32 inside, the sum rounded to bf16
+    once. False (nothing done) where the kernel cannot take it."""
+    lib = library()
+    a, bt, seg = packed
+    M = x.shape[0]
+    if (lib is None or not 1 <= M <= LORA_ROWS or x.dtype != torch.bfloat16 or y.dtype != torch.bfloat16
+            or x.dim() != 2 or y.dim() != 2 or x.stride(1) != 1 or y.stride(1) != 1 or x.shape[1] != a.shape[1]
+            or y.shape[0] != M or y.shape[1] != int(seg[-2] + seg[-1]) or x.device.type != "cpu"):
+        return False
+    return lib.pd_lora_bf16(x.data_ptr(), x.stride(0), M, x.shape[1], a.data_ptr(), a.shape[0], seg.numel() // 4,
+                            seg.data_ptr(), bt.data_ptr(), y.data_ptr(), y.stride(0)) == 0

@@ -264,14 +264,20 @@ def test_a_copied_folder_is_cached_by_path(tmp_path):
 
 @pytest.mark.skipif(not __import__("paradec.kernels").kernels.packing_available(),
                     reason="torch without oneDNN's packed linears")
+@pytest.mark.parametrize("use_native", [False, True])
 @pytest.mark.parametrize("stack", [True, False])
 @pytest.mark.parametrize("cls", KINDS)
-def test_bf16_groups_take_one_packed_pair_and_add_once_into_the_stacked_product(cls, stack, monkeypatch):
+def test_bf16_groups_take_one_packed_pair_and_add_once_into_the_stacked_product(cls, stack, use_native, monkeypatch):
     """bf16 on a CPU: a sibling group's deltas come from one packed first product and one block-diagonal second
     product; with the model's siblings stacked (kernels._Group) they are added once, into the stacked output.
-    Either way the gated rows get each linear's own delta (the per-linear training path, within bf16 rounding)
+    With paradec's native kernel (a few tail rows) a group's deltas are one call that adds them into the stacked
+    output, or into a lone linear's output; a group whose siblings are not stacked takes the packed pair.
+    Every way the gated rows get each linear's own delta (the per-linear training path, within bf16 rounding)
     and the others the base model's outputs bit for bit."""
-    from paradec import kernels
+    from paradec import adapters, kernels, native
+    if use_native and not native.available():
+        pytest.skip(f"native kernel not available: {native.why()}")
+    monkeypatch.setattr(adapters, "_NATIVE", use_native)
     e = random_engine(0)
     e.model.to(torch.bfloat16)
     kernels.pack_linears(e.model, stack=stack)
@@ -286,7 +292,12 @@ def test_bf16_groups_take_one_packed_pair_and_add_once_into_the_stacked_product(
     ad.attach(e.model)
     with ad.gated(torch.tensor([0] * (n - 3) + [1] * 3, dtype=torch.bool)):      # a suffix: a tail gate
         fast = e.forward(ids)
-        assert {len(m) for m in ad._packs} == {1, 2, 3} and not ad._stacks      # o and down alone
+        if not use_native:
+            assert {len(m) for m in ad._packs} == {1, 2, 3} and not ad._stacks and not ad._natives  # o, down alone
+        elif stack:
+            assert {len(m) for m in ad._natives} == {1, 2, 3} and not ad._packs and not ad._stacks
+        else:
+            assert {len(m) for m in ad._natives} == {1} and {len(m) for m in ad._packs} == {2, 3}
         with torch.enable_grad():                                 # the per-linear path (F.linear, float32 deltas)
             slow = e.model(input_ids=torch.tensor([ids])).logits.float()
     ad.detach()

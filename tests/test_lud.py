@@ -382,6 +382,33 @@ def test_verified_lud_is_ar_token_for_token_where_lud_is_not(looping_with_pads, 
     assert v.figures().drafted == 0 and v.figures().forward_passes == 12
 
 
+def test_verified_lud_in_bf16_through_the_native_lora_kernel_is_ar_token_for_token(looping_with_pads):
+    """A bf16 model on a CPU with packed linears: the pad rows' LoRA deltas go through paradec's native kernel
+    (`native.lora_add`; tests/test_adapters.py checks its deltas against the training path), the real rows stay the
+    base model's, so lud-verified is still ar token for token, greedy and sampled."""
+    from paradec import kernels, native
+    from paradec.engine import Engine
+    if not (native.available() and kernels.packing_available()):
+        pytest.skip("needs the native kernel and oneDNN's packed bf16 linears")
+    src = looping_with_pads
+    model = random_engine(0, init=0.1).model.to(torch.bfloat16)
+    kernels.apply(model, torch.device("cpu"), torch.bfloat16)
+    e = Engine(model, src.tokenizer, name="random-0-bf16")
+    ad = src.extras["lud"]
+    e.extras["lud"] = LUDAdapter.from_files(ad.file_config(), ad.tensors(), e.model)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():                      # deltas that move the pad rows (the fixture's B are zero)
+        for b in e.extras["lud"].lora_b.values():
+            b.copy_(torch.randn(b.shape, generator=g) * 0.02)
+    accepted = 0
+    for p, kw in zip(PROMPTS, ({}, {}, {"temperature": 0.3, "seed": 5}, {"temperature": 0.3, "seed": 9})):
+        ar = _tokens(e, "ar", p, max_new_tokens=24, ignore_eos=True, **kw)
+        v = _tokens(e, "lud-verified", p, {"threshold": 0.0, "k": 4}, max_new_tokens=24, ignore_eos=True, **kw)
+        assert v.token_ids == ar.token_ids, p
+        accepted += v.figures().accepted
+    assert e.extras["lud"]._natives and accepted > 5
+
+
 @pytest.mark.parametrize("layout", ["chain", "branch"])
 def test_verified_lud_sampled_is_ar_with_the_same_seed_and_keeps_the_budget(looping_with_pads, layout):
     eng = looping_with_pads

@@ -136,3 +136,36 @@ def test_concurrent_passes_through_one_linear_while_its_weight_changes_get_a_who
     assert not errors, errors
     with torch.inference_mode():
         torch.testing.assert_close(lin(x), nn.functional.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+
+
+@needs_native
+@pytest.mark.parametrize("rows", [1, 3, 8])
+@pytest.mark.parametrize("shape", [(40, (16, 16, 8), (48, 16, 16)), (21, (3, 5), (12, 7))])
+def test_lora_add_adds_each_members_delta_to_its_columns_of_the_tail_rows_only(rows, shape):
+    """native.lora_add: y += scale_s * (x A_s^T) B_s^T in member s's columns, for rows taken from the tail of a
+    larger (strided) output; within one bf16 rounding of the float32 sum; the rows above are left alone; more
+    rows than it takes, or operands that do not fit, are refused (False) with nothing written."""
+    g = torch.Generator().manual_seed(rows)
+    width, ranks, outs = shape
+    pairs = [(torch.randn(r, width, generator=g) * 0.1, torch.randn(o, r, generator=g) * 0.1, 1.5)
+             for r, o in zip(ranks, outs)]
+    packed = native.lora_pack(pairs)
+    x = torch.randn(1, rows + 2, width, generator=g).to(torch.bfloat16)
+    y = torch.randn(1, rows + 2, sum(outs) + 5, generator=g).to(torch.bfloat16)     # 5 more columns: a wider stack
+    before = y.clone()
+    assert native.lora_add(x[0, -rows:], packed, y[0, -rows:, :sum(outs)])
+    xr = x[0, -rows:].float()
+    want = torch.cat([(xr @ a.to(torch.bfloat16).float().t()) @ (b.t() * s).to(torch.bfloat16).float()
+                      for a, b, s in pairs], 1) + before[0, -rows:, :sum(outs)].float()
+    got = y[0, -rows:, :sum(outs)].float()
+    ulp = want.abs().clamp_min(1e-3) * 2 ** -8                    # one bf16 unit in the last place
+    assert ((got - want).abs() <= ulp).all()
+    assert not torch.equal(got, before[0, -rows:, :sum(outs)].float())
+    assert torch.equal(y[0, :-rows], before[0, :-rows]) and torch.equal(y[..., sum(outs):], before[..., sum(outs):])
+    many = native.LORA_ROWS + 1
+    big = torch.zeros(many, sum(outs), dtype=torch.bfloat16)
+    assert not native.lora_add(torch.ones(many, width, dtype=torch.bfloat16), packed, big)     # too many rows
+    assert not big.any()
+    assert not native.lora_add(x[0, -rows:, :-1], packed, y[0, -rows:, :sum(outs)])            # another width
+    assert not native.lora_add(x[0, -rows:].float(), packed, y[0, -rows:, :sum(outs)])         # not bf16
+    assert torch.equal(y[0, :-rows], before[0, :-rows])

@@ -144,6 +144,81 @@ void run(const float* x, int64_t M, int64_t K, const WT* wp, int64_t N, const fl
     for (int64_t blk = 0; blk < blocks; ++blk) block(x, M, K, wp, N, bias, y, blk);
 }
 
+// ---- gated LoRA deltas on a few rows (paradec/adapters.py): y[i][o] += sum_j t[i][j] * bt[j][o] with
+// t[i][j] = sum_k x[i][k] * a[j][k], all bfloat16 in memory, float32 inside, one thread (a few rows and a rank-r
+// pair are microseconds of work: a parallel region would cost more than it saves).
+
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+inline uint16_t to_bf16(float f) {          // round to nearest even, as torch rounds
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFF + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+inline float from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+inline void store8_bf16(uint16_t* p, __m256 f) {
+    __m256i u = _mm256_castps_si256(f);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    u = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb)), 16);
+    _mm_storeu_si128((__m128i*)p, _mm_packus_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1)));
+}
+
+template <int M>
+void lora_rows(const uint16_t* x, int64_t sx, int64_t in, const uint16_t* a, int64_t r, int64_t nseg,
+               const int64_t* seg, const uint16_t* bt, uint16_t* y, int64_t sy) {
+    std::vector<float> t(M * r);
+    const int64_t in8 = in - in % 8;
+    for (int64_t j = 0; j < r; ++j) {                        // first product: M x r dot products over `in`
+        const uint16_t* aj = a + j * in;
+        __m256 acc[M];
+        for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
+        for (int64_t k = 0; k < in8; k += 8) {
+            const __m256 av = load8(aj + k);
+            for (int i = 0; i < M; ++i) acc[i] = _mm256_fmadd_ps(load8(x + i * sx + k), av, acc[i]);
+        }
+        for (int i = 0; i < M; ++i) {
+            float s = hsum(acc[i]);
+            for (int64_t k = in8; k < in; ++k) s += from_bf16(x[i * sx + k]) * from_bf16(aj[k]);
+            t[i * r + j] = s;
+        }
+    }
+    const uint16_t* b = bt;
+    for (int64_t g = 0; g < nseg; ++g) {                      // second product, member by member
+        const int64_t r0 = seg[4 * g], rs = seg[4 * g + 1], o0 = seg[4 * g + 2], os = seg[4 * g + 3];
+        const int64_t os8 = os - os % 8;
+        for (int64_t o = 0; o < os8; o += 8) {
+            __m256 acc[M];
+            for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
+            for (int64_t j = 0; j < rs; ++j) {
+                const __m256 bv = load8(b + j * os + o);
+                for (int i = 0; i < M; ++i) acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(t[i * r + r0 + j]), bv, acc[i]);
+            }
+            for (int i = 0; i < M; ++i) {
+                uint16_t* yo = y + i * sy + o0 + o;
+                store8_bf16(yo, _mm256_add_ps(load8(yo), acc[i]));
+            }
+        }
+        for (int64_t o = os8; o < os; ++o)
+            for (int i = 0; i < M; ++i) {
+                float s = 0.f;
+                for (int64_t j = 0; j < rs; ++j) s += t[i * r + r0 + j] * from_bf16(b[j * os + o]);
+                uint16_t* yo = y + i * sy + o0 + o;
+                *yo = to_bf16(from_bf16(*yo) + s);
+            }
+        b += rs * os;
+    }
+}
+
 }  // namespace
 
 extern "C" {
@@ -156,5 +231,23 @@ void pd_linear_bf16(const float* x, int64_t M, int64_t K, const uint16_t* wp, in
 void pd_linear_f32(const float* x, int64_t M, int64_t K, const float* wp, int64_t N, const float* bias, float* y,
                    int threads) {
     run(x, M, K, wp, N, bias, y, threads);
+}
+
+// x: M rows of `in` bfloat16 (row stride sx); a: (r, in) bfloat16, the members' A stacked; bt: each member's
+// scale * B^T (r_s, out_s) bfloat16, one after another; seg: 4 per member (its first row of a, r_s, its first
+// output column, out_s); y: M rows of bfloat16 outputs (row stride sy), added to in place. M in 1..8.
+int pd_lora_bf16(const uint16_t* x, int64_t sx, int64_t M, int64_t in, const uint16_t* a, int64_t r, int64_t nseg,
+                 const int64_t* seg, const uint16_t* bt, uint16_t* y, int64_t sy) {
+    switch (M) {
+        case 1: lora_rows<1>(x, sx, in, a, r, nseg, seg, bt, y, sy); return 0;
+        case 2: lora_rows<2>(x, sx, in, a, r, nseg, seg, bt, y, sy); return 0;
+        case 3: lora_rows<3>(x, sx, in, a, r, nseg, seg, bt, y, sy); return 0;
+        case 4: lora_rows<4>(x, sx, in, a, r, nseg, seg, bt, y, sy); return 0;
+        case 5: lora_rows<5>(x, sx, in, a, r, nseg, seg, bt, y, sy); return 0;
+        case 6: lora_rows<6>(x, sx, in, a, r, nseg, seg, bt, y, sy); return 0;
+        case 7: lora_rows<7>(x, sx, in, a, r, nseg, seg, bt, y, sy); return 0;
+        case 8: lora_rows<8>(x, sx, in, a, r, nseg, seg, bt, y, sy); return 0;
+        default: return 1;
+    }
 }
 }
