@@ -285,6 +285,10 @@ class GatedAdapter(nn.Module):
             now = [t for n in members for t in self.lora_pair(n)[:2]]           # the very tensors it was built from
             if len(now) != len(hit[4]) or any(a is not b for a, b in zip(now, hit[4])):
                 del self._packs[members]
+        for members, hit in list(self._natives.items()):
+            now = [t for n in members for t in self.lora_pair(n)[:2]]
+            if len(now) != len(hit[0]) or any(a is not b for a, b in zip(now, hit[0])):
+                del self._natives[members]
         for n in self.names:
             self._handles.append(mods[n].register_forward_hook(self._linear_hook(n, groups.get(n))))
         for mod, hook in self.extra_hooks(model):
@@ -401,15 +405,16 @@ class GatedAdapter(nn.Module):
             self._packs[members] = hit
         return hit[1], hit[2], hit[3]
 
-    def _native_pair(self, members: tuple) -> tuple:
-        """`native.lora_pack` of a sibling group's LoRA pairs, rebuilt whenever a parameter changes (its version)
-        or is another tensor."""
-        pairs = [self.lora_pair(n) for n in members]
-        tag = tuple((id(a), a._version, id(b), b._version, float(sc)) for a, b, sc in pairs)
+    def _native_pair(self, members: tuple) -> native.LoraPack:
+        """`native.lora_pack` of a sibling group's LoRA pairs, rebuilt whenever a parameter changes in place (its
+        version) or, checked by `attach`, is another tensor."""
         hit = self._natives.get(members)
-        if hit is None or hit[0] != tag:
-            hit = self._natives[members] = (tag, native.lora_pack(pairs))
-        return hit[1]
+        if hit is not None and all(p._version == v for p, v in zip(hit[0], hit[1])):
+            return hit[2]
+        pairs = [self.lora_pair(n) for n in members]
+        params = [t for a, b, _ in pairs for t in (a, b)]
+        self._natives[members] = (params, [t._version for t in params], native.lora_pack(pairs))
+        return self._natives[members][2]
 
     def _sibling_groups(self) -> dict[str, tuple]:
         """{module name: (its group's member names, its index)} for every LoRA-pair linear (siblings together)."""

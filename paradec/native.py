@@ -162,29 +162,44 @@ def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch
 LORA_ROWS = 8          # rows `lora_add` takes (the pad slots of a decoding pass; more go through oneDNN)
 
 
-def lora_pack(pairs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+class LoraPack:
     """`lora_add`'s operands for LoRA pairs [(A (r_s, in), B (out_s, r_s), scale)] that read one input and write
-    consecutive output columns: (the A's stacked (r, in), each scale * B^T (r_s, out_s) one after another, 4 int64
-    per member: its first row of the stack, r_s, its first output column, out_s), in bfloat16."""
-    a = torch.cat([p[0].detach() for p in pairs]).to(torch.bfloat16).contiguous()
-    bt = torch.cat([(p[1].detach().float().t() * p[2]).to(torch.bfloat16).reshape(-1) for p in pairs]).contiguous()
-    seg, r0, o0 = [], 0, 0
-    for p in pairs:
-        seg += [r0, p[0].shape[0], o0, p[1].shape[0]]
-        r0, o0 = r0 + p[0].shape[0], o0 + p[1].shape[0]
-    return a, bt, torch.tensor(seg, dtype=torch.int64)
+    consecutive output columns, in bfloat16: the A's stacked (r, in); each scale * B^T in blocks of 16 outputs, a
+    block r_s x 16 contiguous (the last one padded with zeros), the members one after another; 4 int64 per member
+    (its first row of the stack, r_s, its first output column, out_s)."""
+
+    def __init__(self, pairs):
+        self.a = torch.cat([p[0].detach() for p in pairs]).to(torch.bfloat16).contiguous()
+        blocks, seg, r0, o0 = [], [], 0, 0
+        for a, b, scale in pairs:
+            rs, os = a.shape[0], b.shape[0]
+            bt = b.detach().float().t() * scale                              # (rs, os)
+            pad = -os % BLOCK
+            if pad:
+                bt = torch.cat([bt, bt.new_zeros(rs, pad)], 1)
+            blocks.append(bt.reshape(rs, -1, BLOCK).transpose(0, 1).reshape(-1))
+            seg += [r0, rs, o0, os]
+            r0, o0 = r0 + rs, o0 + os
+        self.bt = torch.cat(blocks).to(torch.bfloat16).contiguous()
+        self.seg = torch.tensor(seg, dtype=torch.int64)
+        self.width, self.rank, self.outputs, self.members = self.a.shape[1], r0, o0, len(pairs)
+        self.ptrs = (self.a.data_ptr(), self.rank, self.members, self.seg.data_ptr(), self.bt.data_ptr())
 
 
-def lora_add(x: torch.Tensor, packed: tuple, y: torch.Tensor) -> bool:
-    """y += the LoRA deltas of `lora_pack`'s pairs for the rows x (M, in), in place, y (M, sum out_s); both bf16
+def lora_pack(pairs) -> LoraPack:
+    """`LoraPack` of the pairs (see there)."""
+    return LoraPack(pairs)
+
+
+def lora_add(x: torch.Tensor, pack: LoraPack, y: torch.Tensor) -> bool:
+    """y += the LoRA deltas of the pack's pairs for the rows x (M, in), in place, y (M, their outputs); both bf16
     with contiguous rows, 1 <= M <= LORA_ROWS. One call on this thread, float32 inside, the sum rounded to bf16
     once. False (nothing done) where the kernel cannot take it."""
     lib = library()
-    a, bt, seg = packed
     M = x.shape[0]
     if (lib is None or not 1 <= M <= LORA_ROWS or x.dtype != torch.bfloat16 or y.dtype != torch.bfloat16
-            or x.dim() != 2 or y.dim() != 2 or x.stride(1) != 1 or y.stride(1) != 1 or x.shape[1] != a.shape[1]
-            or y.shape[0] != M or y.shape[1] != int(seg[-2] + seg[-1]) or x.device.type != "cpu"):
+            or x.dim() != 2 or y.dim() != 2 or x.stride(1) != 1 or y.stride(1) != 1 or x.shape[1] != pack.width
+            or y.shape[0] != M or y.shape[1] != pack.outputs or x.device.type != "cpu"):
         return False
-    return lib.pd_lora_bf16(x.data_ptr(), x.stride(0), M, x.shape[1], a.data_ptr(), a.shape[0], seg.numel() // 4,
-                            seg.data_ptr(), bt.data_ptr(), y.data_ptr(), y.stride(0)) == 0
+    a, r, n, seg, bt = pack.ptrs
+    return lib.pd_lora_bf16(x.data_ptr(), x.stride(0), M, pack.width, a, r, n, seg, bt, y.data_ptr(), y.stride(0)) == 0

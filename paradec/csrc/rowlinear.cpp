@@ -173,49 +173,85 @@ inline void store8_bf16(uint16_t* p, __m256 f) {
     _mm_storeu_si128((__m128i*)p, _mm_packus_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1)));
 }
 
+#ifndef PREFETCH
+#define PREFETCH 1024
+#endif
+
 template <int M>
 void lora_rows(const uint16_t* x, int64_t sx, int64_t in, const uint16_t* a, int64_t r, int64_t nseg,
                const int64_t* seg, const uint16_t* bt, uint16_t* y, int64_t sy) {
-    std::vector<float> t(M * r);
-    const int64_t in8 = in - in % 8;
-    for (int64_t j = 0; j < r; ++j) {                        // first product: M x r dot products over `in`
-        const uint16_t* aj = a + j * in;
-        __m256 acc[M];
-        for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
-        for (int64_t k = 0; k < in8; k += 8) {
-            const __m256 av = load8(aj + k);
-            for (int i = 0; i < M; ++i) acc[i] = _mm256_fmadd_ps(load8(x + i * sx + k), av, acc[i]);
-        }
-        for (int i = 0; i < M; ++i) {
-            float s = hsum(acc[i]);
-            for (int64_t k = in8; k < in; ++k) s += from_bf16(x[i * sx + k]) * from_bf16(aj[k]);
-            t[i * r + j] = s;
-        }
+    // x's rows once in float32 (they are read r times); products in independent accumulators (two per row and
+    // step) so that the fused multiply-adds are not waiting on each other. The work is a few microseconds of
+    // arithmetic on weights read from memory (17.6 MB a pass for the default model's LUD parameters), on the
+    // calling thread: a parallel region beside torch's busy threads (a race of strategies) can wait far longer
+    // than the work takes. The weights are prefetched a few cache lines ahead.
+    const int64_t in16 = in - in % 16;
+    std::vector<float> xf(M * in), t(M * r);
+    for (int i = 0; i < M; ++i) {
+        int64_t k = 0;
+        for (; k + 8 <= in; k += 8) _mm256_storeu_ps(&xf[i * in + k], load8(x + i * sx + k));
+        for (; k < in; ++k) xf[i * in + k] = from_bf16(x[i * sx + k]);
     }
+    std::vector<int64_t> first(nseg + 1, 0);                  // each member's first block, over all members
+    std::vector<const uint16_t*> bstart(nseg);
     const uint16_t* b = bt;
-    for (int64_t g = 0; g < nseg; ++g) {                      // second product, member by member
-        const int64_t r0 = seg[4 * g], rs = seg[4 * g + 1], o0 = seg[4 * g + 2], os = seg[4 * g + 3];
-        const int64_t os8 = os - os % 8;
-        for (int64_t o = 0; o < os8; o += 8) {
-            __m256 acc[M];
-            for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
-            for (int64_t j = 0; j < rs; ++j) {
-                const __m256 bv = load8(b + j * os + o);
-                for (int i = 0; i < M; ++i) acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(t[i * r + r0 + j]), bv, acc[i]);
+    for (int64_t g = 0; g < nseg; ++g) {
+        bstart[g] = b;
+        const int64_t blocks = (seg[4 * g + 3] + 15) / 16;
+        first[g + 1] = first[g] + blocks;
+        b += blocks * seg[4 * g + 1] * 16;
+    }
+    const int64_t total = first[nseg];
+    {
+        for (int64_t j = 0; j < r; ++j) {                    // first product: M x r dot products over `in`
+            const uint16_t* aj = a + j * in;
+            __m256 acc0[M], acc1[M];
+            for (int i = 0; i < M; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
+            for (int64_t k = 0; k < in16; k += 16) {
+                _mm_prefetch((const char*)(aj + k) + PREFETCH, _MM_HINT_T0);
+                const __m256 a0 = load8(aj + k), a1 = load8(aj + k + 8);
+                for (int i = 0; i < M; ++i) {
+                    acc0[i] = _mm256_fmadd_ps(_mm256_loadu_ps(&xf[i * in + k]), a0, acc0[i]);
+                    acc1[i] = _mm256_fmadd_ps(_mm256_loadu_ps(&xf[i * in + k + 8]), a1, acc1[i]);
+                }
             }
             for (int i = 0; i < M; ++i) {
-                uint16_t* yo = y + i * sy + o0 + o;
-                store8_bf16(yo, _mm256_add_ps(load8(yo), acc[i]));
+                float s = hsum(_mm256_add_ps(acc0[i], acc1[i]));
+                for (int64_t k = in16; k < in; ++k) s += xf[i * in + k] * from_bf16(aj[k]);
+                t[i * r + j] = s;
             }
         }
-        for (int64_t o = os8; o < os; ++o)
-            for (int i = 0; i < M; ++i) {
-                float s = 0.f;
-                for (int64_t j = 0; j < rs; ++j) s += t[i * r + r0 + j] * from_bf16(b[j * os + o]);
-                uint16_t* yo = y + i * sy + o0 + o;
-                *yo = to_bf16(from_bf16(*yo) + s);
+        for (int64_t blk = 0; blk < total; ++blk) {           // second product: one block of 16 outputs
+            int64_t g = 0;
+            while (first[g + 1] <= blk) ++g;
+            const int64_t r0 = seg[4 * g], rs = seg[4 * g + 1], o0 = seg[4 * g + 2], os = seg[4 * g + 3];
+            const int64_t o = (blk - first[g]) * 16;
+            const uint16_t* bb = bstart[g] + (blk - first[g]) * rs * 16;   // this block's rs x 16 values
+            __m256 acc0[M], acc1[M];
+            for (int i = 0; i < M; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
+            for (int64_t j = 0; j < rs; ++j) {
+                _mm_prefetch((const char*)(bb + j * 16) + PREFETCH, _MM_HINT_T0);
+                const __m256 b0 = load8(bb + j * 16), b1 = load8(bb + j * 16 + 8);
+                for (int i = 0; i < M; ++i) {
+                    const __m256 tv = _mm256_broadcast_ss(&t[i * r + r0 + j]);
+                    acc0[i] = _mm256_fmadd_ps(tv, b0, acc0[i]);
+                    acc1[i] = _mm256_fmadd_ps(tv, b1, acc1[i]);
+                }
             }
-        b += rs * os;
+            const int64_t valid = os - o < 16 ? os - o : 16;
+            for (int i = 0; i < M; ++i) {
+                uint16_t* yo = y + i * sy + o0 + o;
+                if (valid == 16) {
+                    store8_bf16(yo, _mm256_add_ps(load8(yo), acc0[i]));
+                    store8_bf16(yo + 8, _mm256_add_ps(load8(yo + 8), acc1[i]));
+                } else {
+                    float d[16];
+                    _mm256_storeu_ps(d, acc0[i]);
+                    _mm256_storeu_ps(d + 8, acc1[i]);
+                    for (int64_t c = 0; c < valid; ++c) yo[c] = to_bf16(from_bf16(yo[c]) + d[c]);
+                }
+            }
+        }
     }
 }
 
@@ -234,8 +270,9 @@ void pd_linear_f32(const float* x, int64_t M, int64_t K, const float* wp, int64_
 }
 
 // x: M rows of `in` bfloat16 (row stride sx); a: (r, in) bfloat16, the members' A stacked; bt: each member's
-// scale * B^T (r_s, out_s) bfloat16, one after another; seg: 4 per member (its first row of a, r_s, its first
-// output column, out_s); y: M rows of bfloat16 outputs (row stride sy), added to in place. M in 1..8.
+// scale * B^T in blocks of 16 outputs, each block r_s x 16 contiguous (the last one padded with zeros), bfloat16,
+// the members one after another; seg: 4 per member (its first row of a, r_s, its first output column, out_s);
+// y: M rows of bfloat16 outputs (row stride sy), added to in place. M in 1..8.
 int pd_lora_bf16(const uint16_t* x, int64_t sx, int64_t M, int64_t in, const uint16_t* a, int64_t r, int64_t nseg,
                  const int64_t* seg, const uint16_t* bt, uint16_t* y, int64_t sy) {
     switch (M) {
