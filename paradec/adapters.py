@@ -325,6 +325,8 @@ class GatedAdapter(nn.Module):
                 if rows is None:
                     return None
                 st = self.__dict__["_stash"] = self._group_delta(members, x, rows, gate, out)
+            if st[3] is None:                  # native: added to the output every member's output is a view of
+                return None
             if st[4] is None:                  # packed: st[3] holds every member's delta
                 whole = st[6]
                 if whole is not None and out.untyped_storage().data_ptr() == whole.untyped_storage().data_ptr():
@@ -361,7 +363,7 @@ class GatedAdapter(nn.Module):
         r2 = rows.reshape(-1, rows.shape[-1])
         if (_NATIVE and gate.tail is not None and x.dim() == 3 and x.shape[0] == 1 and x.dtype == torch.bfloat16
                 and x.device.type == "cpu" and r2.shape[0] <= native.LORA_ROWS and native.available()):
-            whole = out if len(members) == 1 else kernels.stacked_output([self._mods[n] for n in members], x)
+            whole = out if len(members) == 1 else kernels.stacked_output(self._member_mods(members), x)
             if whole is not None and native.lora_add(r2, self._native_pair(members), whole[0, -r2.shape[0]:]):
                 return (x, gate, members, None, None, None, whole)
         if x.device.type == "cpu" and x.dtype == torch.bfloat16 and _PACKING and r2.shape[0] > 1:
@@ -370,7 +372,7 @@ class GatedAdapter(nn.Module):
             d = d.view(*rows.shape[:-1], d.shape[-1])
             whole = None
             if gate.index is not None or gate.tail is not None or gate.every:      # scatter works in place
-                whole = kernels.stacked_output([self._mods[n] for n in members], x)
+                whole = kernels.stacked_output(self._member_mods(members), x)
                 if whole is not None and whole.shape[-1] == d.shape[-1]:
                     gate.scatter(whole, d)
                 else:
@@ -404,6 +406,13 @@ class GatedAdapter(nn.Module):
             hit = (tag, ap, bp, cols, params, [t._version for t in params])
             self._packs[members] = hit
         return hit[1], hit[2], hit[3]
+
+    def _member_mods(self, members: tuple) -> list:
+        """The linears of a sibling group, in its order (kept per attachment)."""
+        mods = self._mods.get(members)
+        if mods is None:
+            mods = self._mods[members] = [self._mods[n] for n in members]
+        return mods
 
     def _native_pair(self, members: tuple) -> native.LoraPack:
         """`native.lora_pack` of a sibling group's LoRA pairs, rebuilt whenever a parameter changes in place (its
