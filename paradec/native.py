@@ -159,7 +159,7 @@ def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch
     return y.to(x.dtype).view(*x.shape[:-1], out_features)
 
 
-LORA_ROWS = 8          # rows `lora_add` takes (the pad slots of a decoding pass; more go through oneDNN)
+LORA_ROWS = 32         # rows `lora_add` takes (the pad slots of a decoding pass; more go through oneDNN)
 
 
 class LoraPack:

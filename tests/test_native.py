@@ -139,7 +139,7 @@ def test_concurrent_passes_through_one_linear_while_its_weight_changes_get_a_who
 
 
 @needs_native
-@pytest.mark.parametrize("rows", [1, 3, 8])
+@pytest.mark.parametrize("rows", [1, 3, 8, 13])
 @pytest.mark.parametrize("shape", [(40, (16, 16, 8), (48, 16, 16)), (21, (3, 5), (12, 7))])
 def test_lora_add_adds_each_members_delta_to_its_columns_of_the_tail_rows_only(rows, shape):
     """native.lora_add: y += scale_s * (x A_s^T) B_s^T in member s's columns, for rows taken from the tail of a
