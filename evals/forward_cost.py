@@ -7,7 +7,8 @@ verifying drafted tokens is nearly free (memory-bound) or costs T times a token 
 
 --lud also times each pass with the model's LUD parameters applied as `lud` / `lud-verified` apply them: the
 gated LoRA hooks, pad embedding and STOP column on all rows but the first (the pad slots), in one process,
-plain and gated alternating per pass size: what those hooks cost a pass.
+plain and gated alternating per pass size: what those hooks cost a pass. In bf16 on a CPU the gated deltas go
+through paradec's native kernel (`native.lora_add`); the table then also has them through the oneDNN pair.
 
 --ceiling asks how close to the read-bandwidth roofline (paradec/roofline.py) a one-token pass can get on this
 machine with the kernels the engine uses: in one process, interleaved rounds of (a) the bandwidth probe `bench`
@@ -98,17 +99,30 @@ def curve(e, cache, context: int, tokens: list[int], repeats: int, g, gate=None)
 
 
 def lud_cost(args, e, cache, g) -> int:
-    """Plain passes against passes with the LUD gate open on the pad rows, alternating per size."""
+    """Plain passes against passes with the LUD gate open on the pad rows, alternating per size; where the deltas
+    go through paradec's native kernel (bf16 on a CPU, `native.lora_add`), also through the oneDNN pair it
+    replaces."""
+    from paradec import adapters, native
     from paradec.lud import LUDAdapter
     ad = LUDAdapter.require(e, None)
     tokens = [int(x) for x in args.tokens.split(",")]
-    plain, gated = {}, {}
-    with torch.inference_mode(), ad.attached(e.model):
-        for T in tokens:
-            plain.update(curve(e, cache, args.context, [T], args.repeats, g))
-            gated.update(curve(e, cache, args.context, [T], args.repeats, g, gate=ad))
+    both = e.device.type == "cpu" and e.dtype == torch.bfloat16 and adapters._NATIVE and native.available()
+    ways = [("LUD gate on T-1 rows" + (", native kernel" if both else ""), adapters._NATIVE)]
+    if both:
+        ways.append(("LUD gate on T-1 rows, oneDNN pair", False))
+    plain, gated = {}, {w: {} for w, _ in ways}
+    keep = adapters._NATIVE
+    try:
+        with torch.inference_mode(), ad.attached(e.model):
+            for T in tokens:
+                plain.update(curve(e, cache, args.context, [T], args.repeats, g))
+                for w, on in ways:
+                    adapters._NATIVE = on
+                    gated[w].update(curve(e, cache, args.context, [T], args.repeats, g, gate=ad))
+    finally:
+        adapters._NATIVE = keep
     print_table(f"--dtype {args.dtype} --lud --tokens {args.tokens} --repeats {args.repeats}", e, args,
-                [("plain", plain), ("LUD gate on T-1 rows", gated)])
+                [("plain", plain)] + [(w, gated[w]) for w, _ in ways])
     return 0
 
 

@@ -49,16 +49,8 @@ def main(argv=None) -> int:
             f"{str(engine.dtype).replace('torch.', '')}, {torch.get_num_threads()} threads; "
             f"{time.time() - t0:.0f} s): {len(held)} held-out greedy answers, "
             f"{by[(ks[0], ths[0])]['cuts']} answer positions; LUD parameters: {args.adapter or 'the shipped ones'}")
-    lines = [head, "", "| threshold | " + " | ".join(f"k={kk}: lud tokens/pass, wrong steps; lud-verified "
-                                                     f"tokens/pass chain / branch"
-                                                     for kk in ks) + " |",
-             "|---|" + "---|" * len(ks)]
-    for th in ths:
-        lines.append(f"| {th} | " + " | ".join(
-            f"{by[(kk, th)]['tokens_per_pass']:.2f}, {100 * by[(kk, th)]['wrong_steps']:.1f}%; "
-            f"{by[(kk, th)]['verified_tokens_per_pass']:.2f} / {by[(kk, th)]['verified_branch_tokens_per_pass']:.2f}"
-            for kk in ks) + " |")
-    text = "\n".join(lines) + "\n"
+    lines = [head, "", T.figures_markdown(figs)]
+    text = "\n".join(lines)
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text)

@@ -182,6 +182,9 @@ def test_teacher_data_with_greedy_only_prompts_from_a_given_cache(eng, tmp_path)
     s = T.train_lud(eng, cfg, tmp_path / "out", log=lambda m: None, progress=False)
     eng.extras.pop("lud", None)
     assert s["teacher_rows"] == 2 * 2 + 3
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "the first 2 with one sampled" in card and "7 answers" in card
+    assert "lud-verified tokens/pass chain / branch" in card and "| 0.3 |" in card    # the lossless figures too
     cached = tmp_path / "answers" / "teacher.pt"
     assert cached.exists()
     stamp = cached.stat().st_mtime_ns

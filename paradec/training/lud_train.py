@@ -178,7 +178,7 @@ def greedy_texts(engine, chats: list[list[dict]], n: int, max_new: int, batch: i
 
 # ---------------------------------------------------------------- held-out figures
 
-EVAL_THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)
+EVAL_THRESHOLDS = (0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98)   # 0.3: lud-verified's default
 
 
 @torch.no_grad()
@@ -281,15 +281,22 @@ def heldout_figures(engine, adapter: LUDAdapter, rows: list[dict], k: int, thres
 
 
 def figures_markdown(figs: list[dict], kind: str = "all") -> str:
-    """A table of held-out tokens per pass / wrong steps against k and threshold, for one kind."""
+    """A table of held-out tokens per pass / wrong steps against k and threshold, for one kind; with what
+    `lud-verified` would do (chain / branch tokens per pass) where the figures have it."""
     ks = sorted({f["k"] for f in figs if f["kind"] == kind})
     ths = sorted({f["threshold"] for f in figs if f["kind"] == kind})
     by = {(f["k"], f["threshold"]): f for f in figs if f["kind"] == kind}
-    out = ["| threshold | " + " | ".join(f"k={k}: tokens/pass, wrong steps" for k in ks) + " |",
-           "|---|" + "---|" * len(ks)]
+    verified = all("verified_tokens_per_pass" in f for f in by.values())
+    what = "lud tokens/pass, wrong steps; lud-verified tokens/pass chain / branch" if verified else \
+        "tokens/pass, wrong steps"
+
+    def cell(f):
+        text = f"{f['tokens_per_pass']:.2f}, {100 * f['wrong_steps']:.1f}%"
+        return text + (f"; {f['verified_tokens_per_pass']:.2f} / {f['verified_branch_tokens_per_pass']:.2f}"
+                       if verified else "")
+    out = ["| threshold | " + " | ".join(f"k={k}: {what}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
     for th in ths:
-        out.append(f"| {th} | " + " | ".join(f"{by[(k, th)]['tokens_per_pass']:.2f}, {100 * by[(k, th)]['wrong_steps']:.1f}%"
-                                              for k in ks) + " |")
+        out.append(f"| {th} | " + " | ".join(cell(by[(k, th)]) for k in ks) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -391,6 +398,7 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
     ckpt = work / "lud_checkpoint.pt"
     data_file = work / "lud_data.pt"
     held: list[dict] = []
+    described = None                        # what the teacher answers are (--data teacher)
     data = torch.load(data_file, weights_only=False) if data_file.exists() and cfg.data != "teacher" else {}
     if cfg.data == "teacher":
         from . import teacher as TCH
@@ -398,6 +406,7 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
                           sampled_prompts=cfg.sampled_prompts)                  # shared with train ptp / draft
         data = {"streams": None, "greedy": [(r["prompt"], r["completion"]) for r in ans.rows]}
         held = [r for r in ans.held if r["greedy"]]
+        described = ans.description
         log(f"data: {len(data['greedy'])} teacher answers ({ans.description}); {len(held)} held-out greedy answers")
     elif data.get("streams") is None or data.get("greedy") is None:
         # token streams depend on the tokenizer only, greedy answers on the model: a data file holding
@@ -478,6 +487,7 @@ def train_lud(engine, cfg: LUDTrainConfig, out_dir, work_dir=None, log=print, pr
                "curve": state.get("curve", []), "heldout": heldout, "heldout_rows": len(held),
                "train_time_s": round(state["elapsed_s"], 1), "adapter_parameters": n_params,
                "init": state.get("init"), "teacher_rows": len(greedy) if cfg.data == "teacher" else None,
+               "teacher_data": described,
                "base": base_signature(model), "torch": torch.__version__,
                "hardware": f"{engine.device}, {torch.get_num_threads()} thread(s)"}
     adapter.eval().requires_grad_(False).detach()
@@ -504,7 +514,7 @@ def init_from(adapter: LUDAdapter, folder: Path, model) -> dict:
     before = t.get("init") or {}
     at9 = [f for f in t.get("heldout") or [] if f.get("kind") == "all" and f.get("threshold") == 0.9
            and f.get("k") == a.k]
-    return {"folder": str(folder), "steps": (t.get("steps_done") or 0) + (before.get("steps") or 0),
+    return {"folder": str(folder), "steps": (t.get("steps_done") or 0) + (before.get("steps") or 0), "alpha": a.alpha,
             "train_minutes": round(((t.get("train_time_s") or 0) / 60) + (before.get("train_minutes") or 0), 1),
             "lr": (t.get("config") or {}).get("lr"), "hardware": t.get("hardware"),
             "heldout_09": ({"tokens_per_pass": at9[0]["tokens_per_pass"], "wrong_steps": at9[0]["wrong_steps"]}
@@ -526,7 +536,11 @@ def write_card(out_dir, summary: dict, sweep_md: str | None = None) -> Path:
         f"- k = {cfg['k']} (1 real + {cfg['k'] - 1} pad slots), lexical-unit confidence alpha = {cfg['alpha']}",
         f"- LoRA rank {cfg['rank']}, scale {cfg['scale']}, on attention q/k/v/o and MLP projections of every layer; "
         f"{summary.get('adapter_parameters', 0) / 1e6:.2f}M trainable parameters",
-        (f"- data: the base model's own answers to the training prompt set (paradec.training.teacher: "
+        (f"- data: the base model's own answers (paradec.training.teacher: {summary['teacher_data']}"
+         f"{'; ' + str(summary['teacher_rows']) + ' answers' if summary.get('teacher_rows') else ''}), prompt + "
+         f"answer windows of up to {cfg['window']} tokens, {cfg['cuts']} cut points per window inside the answer"
+         if cfg.get("data") == "teacher" and summary.get("teacher_data") else
+         f"- data: the base model's own answers to the training prompt set (paradec.training.teacher: "
          f"{cfg.get('prompts', 288)} chat prompts asked for"
          f"{' (' + str(summary['teacher_rows']) + ' answers kept)' if summary.get('teacher_rows') else ''}, from the "
          f"standard library, disjoint from evals/suites, one sampled and one greedy answer each), "
@@ -542,7 +556,8 @@ def write_card(out_dir, summary: dict, sweep_md: str | None = None) -> Path:
     ini = summary.get("init")
     if ini:
         h9 = ini.get("heldout_09") or {}
-        lines.append(f"- started from the parameters then in {ini['folder']} ({ini['steps']} steps, "
+        lines.append(f"- started from the parameters then in {ini['folder']} ({ini['steps']} steps"
+                     f"{', alpha ' + str(ini['alpha']) if ini.get('alpha') not in (None, cfg['alpha']) else ''}, "
                      f"{ini['train_minutes']} min, lr {ini.get('lr')}, {ini.get('hardware')}; held-out k={cfg['k']} "
                      f"threshold 0.9 then {h9.get('tokens_per_pass', float('nan')):.2f} tokens/pass, "
                      f"{100 * h9.get('wrong_steps', float('nan')):.1f}% wrong steps): the steps above come on top")
