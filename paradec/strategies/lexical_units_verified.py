@@ -18,7 +18,10 @@ wrong prefix and are dropped (the next pass has no drafts). The cache is cropped
 `threshold` here trades no quality: it only decides how many drafts the next pass carries, each one a row of that
 pass. Its default, 0.3, from the held-out replay of the default model's parameters (`evals/lud_heldout.py`,
 docs/bench/lud-verified-heldout-zen1.md: on held-out training prompts, not the suites): 1.28 tokens per pass at
-k=2 and 1.34-1.35 at k=3-5, as many as threshold 0 with fewer refused drafts; 0.5 gives 1.27 and 1.32-1.33.
+k=2 and 1.34-1.35 at k=3-5, as many as threshold 0 with fewer refused drafts; 0.5 gives 1.27 and 1.32-1.33. With
+the parameters of session 35 (alpha 0.5; docs/bench/lud-s35-heldout-amx.md) 0.3 still gives threshold 0's 1.74 at
+k=5, and decoding held-out training prompts on an AMX Xeon it ran at 1.48x `ar` against 1.45x at 0.5
+(docs/bench/lud-s35-tune-amx.md).
 
 `layout` "branch" (a pass's tree): a group of pad slots follows every prefix x0, d1 .. dj (j = 0 .. m), each group
 seeing only its own prefix (a tree mask; positions as if it followed dj), so whichever draft is refused, the pads
@@ -26,7 +29,10 @@ read after the accepted ones give the next pass its drafts - they predict the to
 It costs (m+1)(k-1) pad rows instead of k-1. Held-out replay (bfloat16, k=5, threshold 0.3): 1.34 -> 1.44 tokens
 per pass; but on 16 held-out training prompts on an AMX Xeon in bfloat16 the chain at k=5 ran at 1.07x `ar`, the
 branch at 1.05x (k=5) and 1.08x (k=3), within one run's noise (docs/bench/lud-verified-amx.md): the LoRA hooks on
-the pad rows cost ~14 ms of a ~63 ms pass there whatever their number. So the chain stays the default.
+the pad rows cost ~14 ms of a ~63 ms pass there whatever their number. With session 35's parameters and the native
+LoRA kernel (paradec/native.py) the branch gives 2.01 tokens per pass to the chain's 1.74 (held-out replay, k=5), but
+decoding ran at 1.51x (branch, k=3) and 1.42x (branch, k=5) against the chain's 1.48x (k=5; one run,
+docs/bench/lud-s35-tune-amx.md). So the chain stays the default.
 Step figures: forward_passes 1, drafted = drafts verified this pass, accepted = those accepted.
 """
 from __future__ import annotations
