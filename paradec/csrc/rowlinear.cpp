@@ -202,54 +202,52 @@ void lora_rows(const uint16_t* x, int64_t sx, int64_t in, const uint16_t* a, int
         b += blocks * seg[4 * g + 1] * 16;
     }
     const int64_t total = first[nseg];
-    {
-        for (int64_t j = 0; j < r; ++j) {                    // first product: M x r dot products over `in`
-            const uint16_t* aj = a + j * in;
-            __m256 acc0[M], acc1[M];
-            for (int i = 0; i < M; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
-            for (int64_t k = 0; k < in16; k += 16) {
-                _mm_prefetch((const char*)(aj + k) + PREFETCH, _MM_HINT_T0);
-                const __m256 a0 = load8(aj + k), a1 = load8(aj + k + 8);
-                for (int i = 0; i < M; ++i) {
-                    acc0[i] = _mm256_fmadd_ps(_mm256_loadu_ps(&xf[i * in + k]), a0, acc0[i]);
-                    acc1[i] = _mm256_fmadd_ps(_mm256_loadu_ps(&xf[i * in + k + 8]), a1, acc1[i]);
-                }
-            }
+    for (int64_t j = 0; j < r; ++j) {                    // first product: M x r dot products over `in`
+        const uint16_t* aj = a + j * in;
+        __m256 acc0[M], acc1[M];
+        for (int i = 0; i < M; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
+        for (int64_t k = 0; k < in16; k += 16) {
+            _mm_prefetch((const char*)(aj + k) + PREFETCH, _MM_HINT_T0);
+            const __m256 a0 = load8(aj + k), a1 = load8(aj + k + 8);
             for (int i = 0; i < M; ++i) {
-                float s = hsum(_mm256_add_ps(acc0[i], acc1[i]));
-                for (int64_t k = in16; k < in; ++k) s += xf[i * in + k] * from_bf16(aj[k]);
-                t[i * r + j] = s;
+                acc0[i] = _mm256_fmadd_ps(_mm256_loadu_ps(&xf[i * in + k]), a0, acc0[i]);
+                acc1[i] = _mm256_fmadd_ps(_mm256_loadu_ps(&xf[i * in + k + 8]), a1, acc1[i]);
             }
         }
-        for (int64_t blk = 0; blk < total; ++blk) {           // second product: one block of 16 outputs
-            int64_t g = 0;
-            while (first[g + 1] <= blk) ++g;
-            const int64_t r0 = seg[4 * g], rs = seg[4 * g + 1], o0 = seg[4 * g + 2], os = seg[4 * g + 3];
-            const int64_t o = (blk - first[g]) * 16;
-            const uint16_t* bb = bstart[g] + (blk - first[g]) * rs * 16;   // this block's rs x 16 values
-            __m256 acc0[M], acc1[M];
-            for (int i = 0; i < M; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
-            for (int64_t j = 0; j < rs; ++j) {
-                _mm_prefetch((const char*)(bb + j * 16) + PREFETCH, _MM_HINT_T0);
-                const __m256 b0 = load8(bb + j * 16), b1 = load8(bb + j * 16 + 8);
-                for (int i = 0; i < M; ++i) {
-                    const __m256 tv = _mm256_broadcast_ss(&t[i * r + r0 + j]);
-                    acc0[i] = _mm256_fmadd_ps(tv, b0, acc0[i]);
-                    acc1[i] = _mm256_fmadd_ps(tv, b1, acc1[i]);
-                }
-            }
-            const int64_t valid = os - o < 16 ? os - o : 16;
+        for (int i = 0; i < M; ++i) {
+            float s = hsum(_mm256_add_ps(acc0[i], acc1[i]));
+            for (int64_t k = in16; k < in; ++k) s += xf[i * in + k] * from_bf16(aj[k]);
+            t[i * r + j] = s;
+        }
+    }
+    for (int64_t blk = 0; blk < total; ++blk) {           // second product: one block of 16 outputs
+        int64_t g = 0;
+        while (first[g + 1] <= blk) ++g;
+        const int64_t r0 = seg[4 * g], rs = seg[4 * g + 1], o0 = seg[4 * g + 2], os = seg[4 * g + 3];
+        const int64_t o = (blk - first[g]) * 16;
+        const uint16_t* bb = bstart[g] + (blk - first[g]) * rs * 16;   // this block's rs x 16 values
+        __m256 acc0[M], acc1[M];
+        for (int i = 0; i < M; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
+        for (int64_t j = 0; j < rs; ++j) {
+            _mm_prefetch((const char*)(bb + j * 16) + PREFETCH, _MM_HINT_T0);
+            const __m256 b0 = load8(bb + j * 16), b1 = load8(bb + j * 16 + 8);
             for (int i = 0; i < M; ++i) {
-                uint16_t* yo = y + i * sy + o0 + o;
-                if (valid == 16) {
-                    store8_bf16(yo, _mm256_add_ps(load8(yo), acc0[i]));
-                    store8_bf16(yo + 8, _mm256_add_ps(load8(yo + 8), acc1[i]));
-                } else {
-                    float d[16];
-                    _mm256_storeu_ps(d, acc0[i]);
-                    _mm256_storeu_ps(d + 8, acc1[i]);
-                    for (int64_t c = 0; c < valid; ++c) yo[c] = to_bf16(from_bf16(yo[c]) + d[c]);
-                }
+                const __m256 tv = _mm256_broadcast_ss(&t[i * r + r0 + j]);
+                acc0[i] = _mm256_fmadd_ps(tv, b0, acc0[i]);
+                acc1[i] = _mm256_fmadd_ps(tv, b1, acc1[i]);
+            }
+        }
+        const int64_t valid = os - o < 16 ? os - o : 16;
+        for (int i = 0; i < M; ++i) {
+            uint16_t* yo = y + i * sy + o0 + o;
+            if (valid == 16) {
+                store8_bf16(yo, _mm256_add_ps(load8(yo), acc0[i]));
+                store8_bf16(yo + 8, _mm256_add_ps(load8(yo + 8), acc1[i]));
+            } else {
+                float d[16];
+                _mm256_storeu_ps(d, acc0[i]);
+                _mm256_storeu_ps(d + 8, acc1[i]);
+                for (int64_t c = 0; c < valid; ++c) yo[c] = to_bf16(from_bf16(yo[c]) + d[c]);
             }
         }
     }
