@@ -281,6 +281,7 @@ class GatedAdapter(nn.Module):
             raise AdapterError(f"this {self.WHAT} does not fit the model: it has no module {missing[0]}")
         groups = self._sibling_groups()
         self.__dict__["_mods"] = {n: mods[n] for n in self.names}
+        self.__dict__["_group_mods"] = {m: [mods[n] for n in m] for m, _ in groups.values()}   # a group's linears
         for members, hit in list(self._packs.items()):      # kept across generations while its parameters are
             now = [t for n in members for t in self.lora_pair(n)[:2]]           # the very tensors it was built from
             if len(now) != len(hit[4]) or any(a is not b for a, b in zip(now, hit[4])):
@@ -363,7 +364,7 @@ class GatedAdapter(nn.Module):
         r2 = rows.reshape(-1, rows.shape[-1])
         if (_NATIVE and gate.tail is not None and x.dim() == 3 and x.shape[0] == 1 and x.dtype == torch.bfloat16
                 and x.device.type == "cpu" and r2.shape[0] <= native.LORA_ROWS and native.available()):
-            whole = out if len(members) == 1 else kernels.stacked_output(self._member_mods(members), x)
+            whole = out if len(members) == 1 else kernels.stacked_output(self._group_mods[members], x)
             if whole is not None and native.lora_add(r2, self._native_pair(members), whole[0, -r2.shape[0]:]):
                 return (x, gate, members, None, None, None, whole)
         if x.device.type == "cpu" and x.dtype == torch.bfloat16 and _PACKING and r2.shape[0] > 1:
@@ -372,7 +373,7 @@ class GatedAdapter(nn.Module):
             d = d.view(*rows.shape[:-1], d.shape[-1])
             whole = None
             if gate.index is not None or gate.tail is not None or gate.every:      # scatter works in place
-                whole = kernels.stacked_output(self._member_mods(members), x)
+                whole = kernels.stacked_output(self._group_mods[members], x)
                 if whole is not None and whole.shape[-1] == d.shape[-1]:
                     gate.scatter(whole, d)
                 else:
@@ -407,22 +408,15 @@ class GatedAdapter(nn.Module):
             self._packs[members] = hit
         return hit[1], hit[2], hit[3]
 
-    def _member_mods(self, members: tuple) -> list:
-        """The linears of a sibling group, in its order (kept per attachment)."""
-        mods = self._mods.get(members)
-        if mods is None:
-            mods = self._mods[members] = [self._mods[n] for n in members]
-        return mods
-
     def _native_pair(self, members: tuple) -> native.LoraPack:
-        """`native.lora_pack` of a sibling group's LoRA pairs, rebuilt whenever a parameter changes in place (its
+        """`native.LoraPack` of a sibling group's LoRA pairs, rebuilt whenever a parameter changes in place (its
         version) or, checked by `attach`, is another tensor."""
         hit = self._natives.get(members)
         if hit is not None and all(p._version == v for p, v in zip(hit[0], hit[1])):
             return hit[2]
         pairs = [self.lora_pair(n) for n in members]
         params = [t for a, b, _ in pairs for t in (a, b)]
-        self._natives[members] = (params, [t._version for t in params], native.lora_pack(pairs))
+        self._natives[members] = (params, [t._version for t in params], native.LoraPack(pairs))
         return self._natives[members][2]
 
     def _sibling_groups(self) -> dict[str, tuple]:

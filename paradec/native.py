@@ -186,11 +186,6 @@ class LoraPack:
         self.ptrs = (self.a.data_ptr(), self.rank, self.members, self.seg.data_ptr(), self.bt.data_ptr())
 
 
-def lora_pack(pairs) -> LoraPack:
-    """`LoraPack` of the pairs (see there)."""
-    return LoraPack(pairs)
-
-
 def lora_add(x: torch.Tensor, pack: LoraPack, y: torch.Tensor) -> bool:
     """y += the LoRA deltas of the pack's pairs for the rows x (M, in), in place, y (M, their outputs); both bf16
     with contiguous rows, 1 <= M <= LORA_ROWS. One call on this thread, float32 inside, the sum rounded to bf16

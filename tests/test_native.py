@@ -149,7 +149,7 @@ def test_lora_add_adds_each_members_delta_to_its_columns_of_the_tail_rows_only(r
     width, ranks, outs = shape
     pairs = [(torch.randn(r, width, generator=g) * 0.1, torch.randn(o, r, generator=g) * 0.1, 1.5)
              for r, o in zip(ranks, outs)]
-    packed = native.lora_pack(pairs)
+    packed = native.LoraPack(pairs)
     x = torch.randn(1, rows + 2, width, generator=g).to(torch.bfloat16)
     y = torch.randn(1, rows + 2, sum(outs) + 5, generator=g).to(torch.bfloat16)     # 5 more columns: a wider stack
     before = y.clone()

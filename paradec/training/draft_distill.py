@@ -418,8 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus-share", type=float, default=0.5, help="share of each batch drawn from those windows")
     p.add_argument("--teacher-dtype", default="bfloat16", help="dtype of the target when it labels (--soft-top)")
     p.add_argument("--prompts", type=int, default=288, help="training prompts answered by the target")
-    p.add_argument("--sampled-prompts", type=int,
-                   help="only the first N training prompts get a sampled answer besides the greedy one (default all)")
+    TCH.add_cache_args(p)
     p.add_argument("--answer-dtype", default="float32",
                    help="dtype of the target when it answers the prompts (bfloat16: the dtype it decodes in on a "
                         "CPU with AMX or AVX512-BF16; the answers are cached per dtype)")
@@ -437,7 +436,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="draft folder (default data/drafts/<model>)")
     p.add_argument("--work", help="checkpoint folder (default data/work/<model>-distill); also the teacher cache "
                                   "when --teacher-cache is not given")
-    p.add_argument("--teacher-cache", help="folder of the target's cached answers (default data/work/<model>-teacher)")
     p.add_argument("--threads", type=int)
     p.add_argument("--seed", type=int, default=0)
     return p

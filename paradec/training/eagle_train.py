@@ -418,8 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus-share", type=float, default=0.25, help="share of each batch drawn from those windows")
     p.add_argument("--teacher-dtype", default="bfloat16", help="dtype of the target when it makes the features")
     p.add_argument("--prompts", type=int, default=288, help="training prompts answered by the target")
-    p.add_argument("--sampled-prompts", type=int,
-                   help="only the first N training prompts get a sampled answer besides the greedy one (default all)")
+    TCH.add_cache_args(p)
     p.add_argument("--eval-prompts", type=int, default=36)
     p.add_argument("--max-prompt", type=int, default=320, help="prompt tokens kept (the tail)")
     p.add_argument("--gen-tokens", type=int, default=128)
@@ -431,7 +430,6 @@ def build_parser() -> argparse.ArgumentParser:
                                   "the optimiser and the learning-rate schedule start afresh)")
     p.add_argument("--out", help="draft folder (default data/drafts/<model>/eagle)")
     p.add_argument("--work", help="checkpoint and feature folder (default data/work/<model>-eagle)")
-    p.add_argument("--teacher-cache", help="folder of the target's cached answers (default data/work/<model>-teacher)")
     p.add_argument("--card-only", action="store_true",
                    help="train nothing: measure the draft in --out per kind of prompt (cached answers and features) "
                         "and rewrite its card")

@@ -622,10 +622,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="held-out acceptance figures every n steps (teacher data; 0 = at the end only)")
     p.add_argument("--eval-rows", type=int, default=d.eval_rows, help="held-out answers for those figures")
     p.add_argument("--prompts", type=int, default=d.prompts, help="training prompts for teacher answers (--data teacher)")
-    p.add_argument("--sampled-prompts", type=int,
-                   help="only the first N training prompts get a sampled answer besides the greedy one (default all)")
-    p.add_argument("--teacher-cache", default="",
-                   help="folder of the target's cached answers (default data/work/<model>-teacher)")
+    from . import teacher as TCH
+    TCH.add_cache_args(p)
     p.add_argument("--init", default="", help="start from the LUD parameters in this folder (same --k, --rank and "
                                               "--targets) instead of from scratch")
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default: a tenth of --steps, at most 20)")
@@ -653,7 +651,7 @@ def train_lud_main(argv: list[str]) -> int:
                          window=args.window, cuts=args.cuts, targets=args.targets, lr=args.lr, greedy=args.greedy,
                          seed=args.seed, data=args.data, eval_every=args.eval_every, eval_rows=args.eval_rows,
                          ckpt_every=args.ckpt_every, max_docs=args.max_docs, prompts=args.prompts, init=args.init,
-                         sampled_prompts=args.sampled_prompts, teacher_cache=args.teacher_cache,
+                         sampled_prompts=args.sampled_prompts, teacher_cache=args.teacher_cache or "",
                          warmup=args.warmup if args.warmup is not None else min(20, max(1, args.steps // 10)))
     summary = train_lud(engine, cfg, out, args.work, log=lambda m: print(m, file=sys.stderr),
                         progress=not args.no_progress)

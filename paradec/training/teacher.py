@@ -123,6 +123,13 @@ class Answers:
             round(self.minutes, 2)
 
 
+def add_cache_args(p) -> None:
+    """The teacher-answer options `train draft`, `train eagle` and `train lud` share."""
+    p.add_argument("--sampled-prompts", type=int,
+                   help="only the first N training prompts get a sampled answer besides the greedy one (default all)")
+    p.add_argument("--teacher-cache", help="folder of the target's cached answers (default data/work/<model>-teacher)")
+
+
 def answers(engine, n_prompts: int = 288, n_held: int = 36, seed: int = 0, max_prompt: int = 320,
             gen_tokens: int = 128, gen_batch: int = 48, cache: Path | None = None,
             sampled_prompts: int | None = None) -> Answers:
