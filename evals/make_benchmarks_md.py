@@ -1037,10 +1037,15 @@ tunes ran the adapters before it{xeon_table}.
         code_note = ("The code these runs measured: the code of session 33, with `sps`'s draft of 2026-12-05, "
                      "`eagle`'s feature draft of session 31 and the PTP adapter of 2026-12-04 21:23 UTC (the "
                      "previous runs on this CPU, 2026-12-03, are in git history).")
-    else:
+    elif date < "2026-12-07 15":
         code_note = ("The code these runs measured: the code of session 34, with `sps`'s draft of 2026-12-07 (the "
                      "one of 2026-12-05 continued on 1,700 prompts' answers), `eagle`'s feature draft of session 31 "
                      "and the PTP adapter of 2026-12-04 21:23 UTC (earlier runs on this CPU are in git history).")
+    else:
+        code_note = ("The code these runs measured: the code of session 35 (gated LoRA deltas - `ptp`'s here - "
+                     "through paradec's native kernel), with `sps`'s draft of 2026-12-07, `eagle`'s feature draft "
+                     "of session 31 and the PTP adapter of 2026-12-04 21:23 UTC (earlier runs on this CPU are in "
+                     "git history).")
     init = card.get("init") or {}
     draft_init = (f", continuing a draft of {init.get('steps')} steps ({init.get('train_minutes')} min)" if init
                   else "")
