@@ -9,7 +9,9 @@ pays it most. `forward` below walks the decoder itself:
 
 - every submodule is still called as a module (norms, each linear, the embedding, the head), so what paradec
   hangs on them keeps working: packed and stacked bf16 weights (paradec/kernels.py), CUDA fixed rows, PTP's and
-  LUD's gated LoRA hooks, LUD's embedding and head hooks;
+  LUD's gated LoRA hooks, LUD's embedding and head hooks - except where a gated adapter's deltas can be added
+  by the pass itself (`adapters.fused`: bf16 on a CPU, batch 1, a few gated tail rows): then each decoder linear's
+  own forward runs and the pass adds the deltas, the same numbers without the hooks' Python;
 - attention is `attention.exact_attention`, the function transformers would call through the interface, with
   the mask transformers would build (`create_causal_mask`, once per pass); a one-row pass with no mask of its
   own gets no mask, where transformers adds an all-zero one (adding zeros changes no number);
@@ -26,7 +28,7 @@ import os
 
 import torch
 
-from . import attention
+from . import adapters, attention
 
 ARCHITECTURES = ("qwen2", "llama")
 
@@ -66,6 +68,10 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
+def _call(mod, x: torch.Tensor) -> torch.Tensor:
+    return mod(x)
+
+
 def forward(model, ids=None, embeds=None, cache=None, positions=None, mask=None, logits_to_keep: int = 0,
             head: bool = True):
     """Logits (B, T', V) in the model's dtype for ids (B, T) or embeds (B, T, hidden); `cache` (a DynamicCache or
@@ -87,21 +93,23 @@ def forward(model, ids=None, embeds=None, cache=None, positions=None, mask=None,
     cos, sin = inner.rotary_emb(x, positions)
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     attend = attention.exact_attention
+    plan = adapters.fused(model, x)
+    lin = _call if plan is None else plan.linear
     for i, layer in enumerate(inner.layers):
         a, mlp = layer.self_attn, layer.mlp
         h = layer.input_layernorm(x)
         shape = (B, T, -1, a.head_dim)
-        q = a.q_proj(h).view(shape).transpose(1, 2)
-        k = a.k_proj(h).view(shape).transpose(1, 2)
-        v = a.v_proj(h).view(shape).transpose(1, 2)
+        q = lin(a.q_proj, h).view(shape).transpose(1, 2)
+        k = lin(a.k_proj, h).view(shape).transpose(1, 2)
+        v = lin(a.v_proj, h).view(shape).transpose(1, 2)
         q = (q * cos) + (_rotate_half(q) * sin)
         k = (k * cos) + (_rotate_half(k) * sin)
         if cache is not None:
             k, v = cache.update(k, v, i)
         o, _ = attend(a, q, k, v, amask, scaling=a.scaling)
-        x = x + a.o_proj(o.reshape(B, T, -1).contiguous())
+        x = x + lin(a.o_proj, o.reshape(B, T, -1).contiguous())
         h = layer.post_attention_layernorm(x)
-        x = x + mlp.down_proj(mlp.act_fn(mlp.gate_proj(h)) * mlp.up_proj(h))
+        x = x + lin(mlp.down_proj, mlp.act_fn(lin(mlp.gate_proj, h)) * lin(mlp.up_proj, h))
     x = inner.norm(x)
     if logits_to_keep:
         x = x[:, -logits_to_keep:, :]

@@ -273,11 +273,13 @@ def test_bf16_groups_take_one_packed_pair_and_add_once_into_the_stacked_product(
     With paradec's native kernel (a few tail rows) a group's deltas are one call that adds them into the stacked
     output, or into a lone linear's output; a group whose siblings are not stacked takes the packed pair.
     Every way the gated rows get each linear's own delta (the per-linear training path, within bf16 rounding)
-    and the others the base model's outputs bit for bit."""
+    and the others the base model's outputs bit for bit. (The hooks' ways: the lean pass adding the deltas itself
+    is the next test.)"""
     from paradec import adapters, kernels, native
     if use_native and not native.available():
         pytest.skip(f"native kernel not available: {native.why()}")
     monkeypatch.setattr(adapters, "_NATIVE", use_native)
+    monkeypatch.setattr(adapters, "_FUSE", False)
     e = random_engine(0)
     e.model.to(torch.bfloat16)
     kernels.pack_linears(e.model, stack=stack)
@@ -310,3 +312,71 @@ def test_bf16_groups_take_one_packed_pair_and_add_once_into_the_stacked_product(
     err = (fast[0, -3:, :v] - slow.detach()[0, -3:, :v]).abs().max()
     moved = (slow.detach()[0, -3:, :v] - base[0, -3:]).abs().max()
     assert moved > 0.05 and err < 0.1 * moved, (float(err), float(moved))
+
+
+@pytest.mark.skipif(not __import__("paradec.kernels").kernels.packing_available(),
+                    reason="torch without oneDNN's packed linears")
+@pytest.mark.parametrize("cls", (PTPAdapter, LUDAdapter))
+def test_the_lean_pass_adds_tail_deltas_itself_with_the_hooks_numbers(cls, monkeypatch):
+    """bf16 on a CPU, batch 1, a tail gate, siblings stacked: paradec's lean pass runs each decoder linear's own
+    forward and adds the gated rows' deltas itself (`adapters.fused`), one native call per sibling group. Logits
+    and cache are the hooks' way's bit for bit. It steps aside - the hooks act - when a foreign hook sits on a
+    linear (which then runs), when gradients are recorded, or when two adapters have open gates."""
+    from paradec import adapters, kernels, native
+    if not native.available():
+        pytest.skip(f"native kernel not available: {native.why()}")
+    e = random_engine(0)
+    e.model.to(torch.bfloat16)
+    kernels.pack_linears(e.model)
+    assert e.lean
+    ids = e.tokenizer("def f(x):\n    return x + 1")["input_ids"]
+    n = len(ids)
+    ad = made_for(cls, e, std=0.2)
+    fused_calls = []
+    real = adapters._Fused.linear
+    monkeypatch.setattr(adapters._Fused, "linear", lambda self, m, x: fused_calls.append(m) or real(self, m, x))
+    gate = torch.tensor([0] * (n - 3) + [1] * 3, dtype=torch.bool)
+
+    def run(fuse):
+        monkeypatch.setattr(adapters, "_FUSE", fuse)
+        fused_calls.clear()
+        cache = e.new_cache()
+        with torch.inference_mode(), ad.gated(gate):
+            out = e.forward(ids, cache)
+        return out, cache, len(fused_calls)
+
+    base = e.forward(ids)
+    ad.attach(e.model)
+    try:
+        (a, ca, na), (b, cb, nb) = run(True), run(False)
+        layers = e.model.config.num_hidden_layers
+        assert na == 7 * layers and nb == 0
+        v = base.shape[-1]
+        assert torch.equal(a, b)
+        assert torch.equal(a[0, :n - 3, :v], base[0, :n - 3]) and (a[0, -3:, :v] - base[0, -3:]).abs().max() > 0.05
+        for la, lb in zip(ca.layers, cb.layers):
+            assert torch.equal(la.keys, lb.keys) and torch.equal(la.values, lb.values)
+
+        seen = []
+        h = e.model.model.layers[0].mlp.down_proj.register_forward_hook(lambda m, i, o: seen.append(1))
+        try:
+            c, _, nc = run(True)
+        finally:
+            h.remove()
+        assert seen and nc == 0 and torch.equal(c, a)
+
+        with torch.no_grad(), ad.gated(gate):
+            x = e.model.model.embed_tokens(torch.tensor([ids]))
+            assert adapters.fused(e.model, x) is not None
+            with torch.enable_grad():
+                assert adapters.fused(e.model, x.detach().requires_grad_()) is None
+            other = made_for(PTPAdapter if cls is LUDAdapter else LUDAdapter, e).attach(e.model)
+            try:
+                assert adapters.fused(e.model, x) is not None          # the other's gate is closed
+                with other.gated(1):
+                    assert adapters.fused(e.model, x) is None
+            finally:
+                other.detach()
+    finally:
+        ad.detach()
+    assert not adapters._ON
