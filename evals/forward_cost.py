@@ -3,12 +3,13 @@ verifying drafted tokens is nearly free (memory-bound) or costs T times a token 
 
     python evals/forward_cost.py [--model M] [--dtype auto] [--context 200] [--tokens 1,4,11,16,32,64]
     python evals/forward_cost.py --ceiling [--rounds 3]
-    python evals/forward_cost.py --lud [--tokens 1,2,5,9,13]
+    python evals/forward_cost.py --lud [--tokens 1,2,5,9,13] [--rounds 3]
 
 --lud also times each pass with the model's LUD parameters applied as `lud` / `lud-verified` apply them: the
 gated LoRA hooks, pad embedding and STOP column on all rows but the first (the pad slots), in one process,
 plain and gated alternating per pass size: what those hooks cost a pass. In bf16 on a CPU the gated deltas go
-through paradec's native kernel (`native.lora_add`); the table then also has them through the oneDNN pair.
+through paradec's native kernel (`native.lora_add`), added by the lean pass itself (`adapters.fused`); the table
+then also has them through the linears' hooks (the same kernel) and through the oneDNN pair.
 
 --ceiling asks how close to the read-bandwidth roofline (paradec/roofline.py) a one-token pass can get on this
 machine with the kernels the engine uses: in one process, interleaved rounds of (a) the bandwidth probe `bench`
@@ -40,7 +41,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--ceiling", action="store_true",
                     help="the roofline fraction a one-token pass reaches against its linear layers alone (see above)")
-    ap.add_argument("--rounds", type=int, default=3, help="--ceiling: interleaved rounds")
+    ap.add_argument("--rounds", type=int, default=3, help="--ceiling, --lud: interleaved rounds (the best of each)")
     ap.add_argument("--lud", action="store_true", help="also with the LUD gate open on all rows but the first")
     ap.add_argument("--compare", action="store_true",
                     help="also measure with torch's F.linear (paradec.kernels switched off) and print a Markdown table")
@@ -99,30 +100,34 @@ def curve(e, cache, context: int, tokens: list[int], repeats: int, g, gate=None)
 
 
 def lud_cost(args, e, cache, g) -> int:
-    """Plain passes against passes with the LUD gate open on the pad rows, alternating per size; where the deltas
-    go through paradec's native kernel (bf16 on a CPU, `native.lora_add`), also through the oneDNN pair it
-    replaces."""
+    """Plain passes against passes with the LUD gate open on the pad rows, alternating per size, in interleaved
+    rounds (the best of each); where the deltas go through paradec's native kernel (bf16 on a CPU,
+    `native.lora_add`), added by the lean pass, also through the hooks and through the oneDNN pair."""
     from paradec import adapters, native
     from paradec.lud import LUDAdapter
     ad = LUDAdapter.require(e, None)
     tokens = [int(x) for x in args.tokens.split(",")]
     both = e.device.type == "cpu" and e.dtype == torch.bfloat16 and adapters._NATIVE and native.available()
-    ways = [("LUD gate on T-1 rows" + (", native kernel" if both else ""), adapters._NATIVE)]
+    ways = [("LUD gate on T-1 rows" + (", native kernel, lean pass adds" if both else ""), adapters._NATIVE, True)]
     if both:
-        ways.append(("LUD gate on T-1 rows, oneDNN pair", False))
-    plain, gated = {}, {w: {} for w, _ in ways}
-    keep = adapters._NATIVE
+        ways += [("LUD gate on T-1 rows, native kernel, hooks", True, False),
+                 ("LUD gate on T-1 rows, oneDNN pair", False, False)]
+    best: dict[str, dict[int, float]] = {w: {} for w in ["plain"] + [w for w, _, _ in ways]}
+    keep = adapters._NATIVE, adapters._FUSE
     try:
         with torch.inference_mode(), ad.attached(e.model):
-            for T in tokens:
-                plain.update(curve(e, cache, args.context, [T], args.repeats, g))
-                for w, on in ways:
-                    adapters._NATIVE = on
-                    gated[w].update(curve(e, cache, args.context, [T], args.repeats, g, gate=ad))
+            for _ in range(args.rounds):              # interleaved rounds: drifts of a shared machine hit every way
+                for T in tokens:
+                    got = {"plain": curve(e, cache, args.context, [T], args.repeats, g)[T]}
+                    for w, on, fuse in ways:
+                        adapters._NATIVE, adapters._FUSE = on, fuse
+                        got[w] = curve(e, cache, args.context, [T], args.repeats, g, gate=ad)[T]
+                    for w, t in got.items():
+                        best[w][T] = min(t, best[w].get(T, t))
     finally:
-        adapters._NATIVE = keep
-    print_table(f"--dtype {args.dtype} --lud --tokens {args.tokens} --repeats {args.repeats}", e, args,
-                [("plain", plain)] + [(w, gated[w]) for w, _ in ways])
+        adapters._NATIVE, adapters._FUSE = keep
+    print_table(f"--dtype {args.dtype} --lud --tokens {args.tokens} --repeats {args.repeats} --rounds {args.rounds}",
+                e, args, list(best.items()))
     return 0
 
 

@@ -806,14 +806,14 @@ is a wash: τ {taus}; `hf-assisted` speeds up with it too, and `sps` ÷ `hf-assi
     return text
 
 
-def lud_s35_table(new_run: str, old_run: str) -> tuple[str, dict]:
-    """Per suite, `lud-verified` and `lud` of a session-35 run beside session 33's run of the same sample, with issue
-    18's goal per suite; and {"nl": [(suite, met, speed-up)], "code": [...]}."""
+def lud_table(new_run: str, old_run: str, new: str, old: str) -> tuple[str, dict]:
+    """Per suite, `lud-verified` and `lud` of a run (labelled `new`, e.g. "session 35") beside an earlier run of the
+    same sample (`old`), with issue 18's goal per suite; and {"nl": [(suite, met, speed-up)], "code": [...]}."""
     cats = [c for c in dict.fromkeys(line.split("|")[1].strip() for line in (B / new_run).read_text().splitlines()
                                      if line.startswith("| ") and not line.startswith("| category")) if c != "all"]
     code_cats = ("code", "code-edit")
-    lines = ["| suite | lud-verified, session 33 (τ) | lud-verified, session 35 (τ) | lud, session 33 (τ; ROUGE-L vs ar; "
-             "perplexity, ar's) | lud, session 35 (τ; ROUGE-L vs ar; perplexity, ar's) | lossless mismatches | goal |",
+    lines = [f"| suite | lud-verified, {old} (τ) | lud-verified, {new} (τ) | lud, {old} (τ; ROUGE-L vs ar; "
+             f"perplexity, ar's) | lud, {new} (τ; ROUGE-L vs ar; perplexity, ar's) | lossless mismatches | goal |",
              "|---|---|---|---|---|---|---|"]
     verdicts: dict[str, list] = {"nl": [], "code": []}
 
@@ -841,6 +841,26 @@ def lud_s35_table(new_run: str, old_run: str) -> tuple[str, dict]:
     return "\n".join(lines) + "\n", verdicts
 
 
+def lud_samples(pairs, new_tag: str, old_tag: str, new: str, old: str) -> str:
+    """For each (x, label) of `pairs`: `lud_table` of docs/bench/suites-amx-{new_tag}{x}.md beside -{old_tag}{x}.md
+    and issue 18's verdicts on that sample."""
+    text = ""
+    for x, label in pairs:
+        table, verdicts = lud_table(f"suites-amx-{new_tag}{x}.md", f"suites-amx-{old_tag}{x}.md", new, old)
+        nl_met = [c for c, ok, _ in verdicts["nl"] if ok]
+        code_met = [c for c, ok, _ in verdicts["code"] if ok]
+        nl_sp = [v for _, _, v in verdicts["nl"]]
+        text += f"""
+{label.capitalize()}:
+
+{table}
+Issue 18's goals on this sample: natural-language suites >= 1.33x at no measurable loss: {len(nl_met)} of
+{len(verdicts['nl'])} ({', '.join(nl_met) or 'none'}; they range {min(nl_sp):.2f}-{max(nl_sp):.2f}x); code >= 1.30x:
+{len(code_met)} of {len(verdicts['code'])} ({', '.join(code_met) or 'none'}).
+"""
+    return text
+
+
 def amx_s35_part() -> str:
     """Issue 18 on the AMX Xeon (session 35): LUD's parameters continued (alpha 0.5, 1,700 prompts' bf16 answers)
     and the gated LoRA deltas through paradec's native kernel; `ar`, `lud` and `lud-verified` on items 1-4 of each
@@ -865,19 +885,7 @@ other runs), `ar`, `lud-verified` (and `lud` on items 1-4) at their defaults, on
 tokens; nothing was tuned on them. `lud-verified` is lossless (mismatches: against `ar` token for token), so its
 quality is `ar`'s; `lud`'s figures are at its default threshold, 0.9.
 """
-    for x, label in pairs:
-        table, verdicts = lud_s35_table(f"suites-amx-s35{x}.md", f"suites-amx-s33{x}.md")
-        nl_met = [c for c, ok, _ in verdicts["nl"] if ok]
-        code_met = [c for c, ok, _ in verdicts["code"] if ok]
-        nl_sp = [v for _, _, v in verdicts["nl"]]
-        text += f"""
-{label.capitalize()}:
-
-{table}
-Issue 18's goals on this sample: natural-language suites >= 1.33x at no measurable loss: {len(nl_met)} of
-{len(verdicts['nl'])} ({', '.join(nl_met) or 'none'}; they range {min(nl_sp):.2f}-{max(nl_sp):.2f}x); code >= 1.30x:
-{len(code_met)} of {len(verdicts['code'])} ({', '.join(code_met) or 'none'}).
-"""
+    text += lud_samples(pairs, "s35", "s33", "session 35", "session 33")
     for name, lead in (("lud-s35-heldout-amx.md", "The parameters before and after, replayed on held-out training "
                                                   "answers:"),
                        ("lud-s35-tune-amx.md", "Decoding 16 held-out training prompts, both parameter sets and "

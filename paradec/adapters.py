@@ -11,6 +11,8 @@ PTP (paradec/ptp.py), LUD (paradec/lud.py) and FocusLLM (paradec/focus.py) are e
   `with adapter.attached(model):`, so decoding registers them once per generation, never per forward, and a model
   carries no adapter hooks while other strategies run on it (a closed hook still costs a Python call per linear).
   `applied(model, spec)` is the one-off form: attached for the block only when it was not attached already.
+  paradec's lean pass (paradec/fastpath.py) skips the linears' hooks where it can add the deltas itself
+  (`fused`: bf16 on a CPU, batch 1, a few gated tail rows - LUD's and PTP's decoding passes), with the same numbers.
 * Files: a folder with `adapter.safetensors` (written atomically) and the kind's JSON config (`CONFIG`); each
   subclass says which tensors go in under which names (`tensors`, `from_files`), so the files written before
   this module existed keep their layout and load unchanged.
