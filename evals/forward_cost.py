@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--ceiling", action="store_true",
                     help="the roofline fraction a one-token pass reaches against its linear layers alone (see above)")
-    ap.add_argument("--rounds", type=int, default=3, help="--ceiling, --lud: interleaved rounds (the best of each)")
+    ap.add_argument("--rounds", type=int, default=3, help="--ceiling: interleaved rounds; --lud: repeats x rounds passes")
     ap.add_argument("--lud", action="store_true", help="also with the LUD gate open on all rows but the first")
     ap.add_argument("--compare", action="store_true",
                     help="also measure with torch's F.linear (paradec.kernels switched off) and print a Markdown table")
@@ -62,14 +62,14 @@ def main(argv=None) -> int:
     return 0
 
 
-def print_table(flags: str, e, args, rows: list[tuple[str, dict[int, float]]]) -> None:
+def print_table(flags: str, e, args, rows: list[tuple[str, dict[int, float]]], how: str = "") -> None:
     """The Markdown block BENCHMARKS.md shows: a header naming the command, machine and model, then per labelled
     curve its milliseconds and its cost in one-token passes."""
     import datetime as dt
     where = cpu_name() if e.device.type == "cpu" else str(e.device)
     print(f"`python evals/forward_cost.py {flags}` ({dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {where}, "
           f"{torch.get_num_threads()} threads; {e.name} in {str(e.dtype).replace('torch.', '')} on {e.device}, "
-          f"context {args.context}, best of {args.repeats}):")
+          f"context {args.context}, {how or f'best of {args.repeats}'}):")
     print()
     tokens = list(rows[0][1])
     print("| new tokens in the pass | " + " | ".join(str(T) for T in tokens) + " |")
@@ -100,8 +100,8 @@ def curve(e, cache, context: int, tokens: list[int], repeats: int, g, gate=None)
 
 
 def lud_cost(args, e, cache, g) -> int:
-    """Plain passes against passes with the LUD gate open on the pad rows, alternating per size, in interleaved
-    rounds (the best of each); where the deltas go through paradec's native kernel (bf16 on a CPU,
+    """Plain passes against passes with the LUD gate open on the pad rows, pass by pass in turn (repeats x rounds
+    passes of each way and size; the median and the best); where the deltas go through paradec's native kernel (bf16 on a CPU,
     `native.lora_add`), added by the lean pass, also through the hooks and through the oneDNN pair."""
     from paradec import adapters, native
     from paradec.lud import LUDAdapter
@@ -112,22 +112,24 @@ def lud_cost(args, e, cache, g) -> int:
     if both:
         ways += [("LUD gate on T-1 rows, native kernel, hooks", True, False),
                  ("LUD gate on T-1 rows, oneDNN pair", False, False)]
-    best: dict[str, dict[int, float]] = {w: {} for w in ["plain"] + [w for w, _, _ in ways]}
+    names = ["plain"] + [w for w, _, _ in ways]
+    times: dict[str, dict[int, list[float]]] = {w: {T: [] for T in tokens} for w in names}
     keep = adapters._NATIVE, adapters._FUSE
     try:
         with torch.inference_mode(), ad.attached(e.model):
-            for _ in range(args.rounds):              # interleaved rounds: drifts of a shared machine hit every way
-                for T in tokens:
-                    got = {"plain": curve(e, cache, args.context, [T], args.repeats, g)[T]}
+            for T in tokens:                # pass by pass in turn: a shared machine's drifts hit every way alike
+                for _ in range(args.repeats * args.rounds):
+                    times["plain"][T].append(curve(e, cache, args.context, [T], 1, g)[T])
                     for w, on, fuse in ways:
                         adapters._NATIVE, adapters._FUSE = on, fuse
-                        got[w] = curve(e, cache, args.context, [T], args.repeats, g, gate=ad)[T]
-                    for w, t in got.items():
-                        best[w][T] = min(t, best[w].get(T, t))
+                        times[w][T].append(curve(e, cache, args.context, [T], 1, g, gate=ad)[T])
     finally:
         adapters._NATIVE, adapters._FUSE = keep
+    q = lambda xs, f: sorted(xs)[int(f * (len(xs) - 1))]          # noqa: E731
     print_table(f"--dtype {args.dtype} --lud --tokens {args.tokens} --repeats {args.repeats} --rounds {args.rounds}",
-                e, args, list(best.items()))
+                e, args, [(f"{w}, median", {T: q(times[w][T], 0.5) for T in tokens}) for w in names]
+                + [(f"{w}, best", {T: min(times[w][T]) for T in tokens}) for w in names],
+                how=f"{args.repeats * args.rounds} passes of each way and size, one of each in turn")
     return 0
 
 

@@ -901,6 +901,43 @@ quality is `ar`'s; `lud`'s figures are at its default threshold, 0.9.
     return text
 
 
+def amx_s36_part() -> str:
+    """Issue 18 on the AMX Xeon (session 36): the gated deltas added by paradec's lean pass itself (no hooks) and the
+    LUD schedule finished (700 steps); `ar`, `lud`, `lud-verified` on the same two samples beside session 35's runs
+    (docs/bench/suites-amx-s36a.md, -s36b.md against -s35a.md, -s35b.md), the held-out replay and decoding
+    (lud-s36-heldout-amx.md, lud-s36-tune-amx.md) and the pass costs (lud-lean-cost-amx.md)."""
+    pairs = [(x, label) for x, label in (("a", "items 1-4 of each suite"), ("b", "items 5-8 of each suite"))
+             if (B / f"suites-amx-s36{x}.md").exists() and (B / f"suites-amx-s35{x}.md").exists()]
+    if not pairs:
+        return ""
+    text = """
+## LUD's deltas added by the lean pass, its schedule finished (session 36, issue 18)
+
+Two changes, measured on the AMX Xeon in bf16. **The lean pass adds the gated deltas itself** (`adapters.fused`):
+where a pass is bf16 on a CPU, batch 1, gated on its last 1-32 rows (LUD's and PTP's decoding passes), paradec's
+lean pass runs each decoder linear's own forward and adds a sibling group's deltas with one `native.lora_add` call,
+instead of 168 forward hooks a pass doing the same through Python (the same numbers bit for bit: tested). **The LUD
+parameters** ran the rest of the 700-step schedule session 35 had stopped at step 480 (card:
+data/adapters/qwen2.5-coder-0.5b-instruct/lud/README.md). The same samples as sessions 33 and 35, `ar`,
+`lud-verified` (and `lud` on items 1-4) at their defaults, one `bench` run each, greedy, 64 new tokens; nothing was
+tuned on them.
+"""
+    text += lud_samples(pairs, "s36", "s35", "session 36", "session 35")
+    for name, lead in (("lud-s36-heldout-amx.md", "The 700-step parameters replayed on held-out training answers (the "
+                                                  "480-step ones: lud-s35-heldout-amx.md):"),
+                       ("lud-s36-tune-amx.md", "Decoding 16 held-out training prompts, both parameter sets and "
+                                               "`lud-verified`'s layouts, one run:"),
+                       ("lud-lean-cost-amx.md", "What the gated deltas cost a pass: added by the lean pass, through "
+                                                "the hooks (same kernel), through the oneDNN pair:")):
+        text += linked_page(name, lead)
+    for x, label in pairs:
+        text += f"""
+{label.capitalize()}, session 36:
+
+{section(f"suites-amx-s36{x}.md")}"""
+    return text
+
+
 def sps_hfa_zen1_line() -> str:
     """A pointer to `sps` beside `hf-assisted` on a Zen 1 EPYC (docs/bench/sps-hf-assisted-zen1.md), with its
     verdict paragraph."""
@@ -1183,7 +1220,7 @@ def main() -> None:
 
 ## The default model: Qwen2.5-Coder-0.5B-Instruct
 
-{default_part()}{amx_s33_part()}{amx_s34_part()}{amx_s35_part()}
+{default_part()}{amx_s33_part()}{amx_s34_part()}{amx_s35_part()}{amx_s36_part()}
 
 ## Skeleton-of-Thought on the default model (issue 19)
 

@@ -32,7 +32,8 @@ branch at 1.05x (k=5) and 1.08x (k=3), within one run's noise (docs/bench/lud-ve
 the pad rows cost ~14 ms of a ~63 ms pass there whatever their number. With session 35's parameters and the native
 LoRA kernel (paradec/native.py) the branch gives 2.01 tokens per pass to the chain's 1.74 (held-out replay, k=5), but
 decoding ran at 1.51x (branch, k=3) and 1.42x (branch, k=5) against the chain's 1.48x (k=5; one run,
-docs/bench/lud-s35-tune-amx.md). So the chain stays the default.
+docs/bench/lud-s35-tune-amx.md). With session 36's (700 steps) and the deltas added by the lean pass: chain 1.62x,
+branch 1.60x (k=3) and 1.53x (k=5) (docs/bench/lud-s36-tune-amx.md). So the chain stays the default.
 Step figures: forward_passes 1, drafted = drafts verified this pass, accepted = those accepted.
 """
 from __future__ import annotations
