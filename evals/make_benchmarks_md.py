@@ -841,12 +841,18 @@ def lud_table(new_run: str, old_run: str, new: str, old: str) -> tuple[str, dict
     return "\n".join(lines) + "\n", verdicts
 
 
-def lud_samples(pairs, new_tag: str, old_tag: str, new: str, old: str) -> str:
-    """For each (x, label) of `pairs`: `lud_table` of docs/bench/suites-amx-{new_tag}{x}.md beside -{old_tag}{x}.md
-    and issue 18's verdicts on that sample."""
-    text = ""
+def lud_part(new: int, old: int, intro: str, pages) -> str:
+    """A session's issue-18 section on the AMX Xeon: `intro`, then per sample (items 1-4, 5-8 of each suite) the
+    `lud_table` of docs/bench/suites-amx-s{new}{x}.md beside -s{old}{x}.md with the verdicts, the `pages` ((name,
+    lead) of docs/bench), and the session's runs ("" without both runs of a sample)."""
+    pairs = [(x, label) for x, label in (("a", "items 1-4 of each suite"), ("b", "items 5-8 of each suite"))
+             if (B / f"suites-amx-s{new}{x}.md").exists() and (B / f"suites-amx-s{old}{x}.md").exists()]
+    if not pairs:
+        return ""
+    text = intro
     for x, label in pairs:
-        table, verdicts = lud_table(f"suites-amx-{new_tag}{x}.md", f"suites-amx-{old_tag}{x}.md", new, old)
+        table, verdicts = lud_table(f"suites-amx-s{new}{x}.md", f"suites-amx-s{old}{x}.md", f"session {new}",
+                                    f"session {old}")
         nl_met = [c for c, ok, _ in verdicts["nl"] if ok]
         code_met = [c for c, ok, _ in verdicts["code"] if ok]
         nl_sp = [v for _, _, v in verdicts["nl"]]
@@ -858,6 +864,13 @@ Issue 18's goals on this sample: natural-language suites >= 1.33x at no measurab
 {len(verdicts['nl'])} ({', '.join(nl_met) or 'none'}; they range {min(nl_sp):.2f}-{max(nl_sp):.2f}x); code >= 1.30x:
 {len(code_met)} of {len(verdicts['code'])} ({', '.join(code_met) or 'none'}).
 """
+    for name, lead in pages:
+        text += linked_page(name, lead)
+    for x, label in pairs:
+        text += f"""
+{label.capitalize()}, session {new}:
+
+{section(f"suites-amx-s{new}{x}.md")}"""
     return text
 
 
@@ -868,11 +881,7 @@ def amx_s35_part() -> str:
     samples with the earlier parameters and the oneDNN deltas (-s33a.md, -s33b.md), the held-out replay and decoding
     of held-out training prompts (lud-s35-heldout-amx.md, lud-s35-tune-amx.md) and the pass costs
     (lud-native-cost-amx.md)."""
-    pairs = [(x, label) for x, label in (("a", "items 1-4 of each suite"), ("b", "items 5-8 of each suite"))
-             if (B / f"suites-amx-s35{x}.md").exists() and (B / f"suites-amx-s33{x}.md").exists()]
-    if not pairs:
-        return ""
-    text = """
+    return lud_part(35, 33, """
 ## LUD retrained and its deltas through a native kernel (session 35, issue 18)
 
 Two changes, measured on the AMX Xeon in bf16: **the LUD parameters** continued for 480 steps on the target's bf16
@@ -884,21 +893,10 @@ calls). The suites' samples session 33 ran with the earlier parameters and the o
 other runs), `ar`, `lud-verified` (and `lud` on items 1-4) at their defaults, one `bench` run each, greedy, 64 new
 tokens; nothing was tuned on them. `lud-verified` is lossless (mismatches: against `ar` token for token), so its
 quality is `ar`'s; `lud`'s figures are at its default threshold, 0.9.
-"""
-    text += lud_samples(pairs, "s35", "s33", "session 35", "session 33")
-    for name, lead in (("lud-s35-heldout-amx.md", "The parameters before and after, replayed on held-out training "
-                                                  "answers:"),
-                       ("lud-s35-tune-amx.md", "Decoding 16 held-out training prompts, both parameter sets and "
-                                               "`lud-verified`'s layouts, one run:"),
-                       ("lud-native-cost-amx.md", "What the gated LoRA deltas cost a pass, native kernel against "
-                                                  "the oneDNN pair:")):
-        text += linked_page(name, lead)
-    for x, label in pairs:
-        text += f"""
-{label.capitalize()}, session 35:
-
-{section(f"suites-amx-s35{x}.md")}"""
-    return text
+""", (("lud-s35-heldout-amx.md", "The parameters before and after, replayed on held-out training answers:"),
+      ("lud-s35-tune-amx.md", "Decoding 16 held-out training prompts, both parameter sets and `lud-verified`'s "
+                              "layouts, one run:"),
+      ("lud-native-cost-amx.md", "What the gated LoRA deltas cost a pass, native kernel against the oneDNN pair:")))
 
 
 def amx_s36_part() -> str:
@@ -906,11 +904,7 @@ def amx_s36_part() -> str:
     LUD schedule finished (700 steps); `ar`, `lud`, `lud-verified` on the same two samples beside session 35's runs
     (docs/bench/suites-amx-s36a.md, -s36b.md against -s35a.md, -s35b.md), the held-out replay and decoding
     (lud-s36-heldout-amx.md, lud-s36-tune-amx.md) and the pass costs (lud-lean-cost-amx.md)."""
-    pairs = [(x, label) for x, label in (("a", "items 1-4 of each suite"), ("b", "items 5-8 of each suite"))
-             if (B / f"suites-amx-s36{x}.md").exists() and (B / f"suites-amx-s35{x}.md").exists()]
-    if not pairs:
-        return ""
-    text = """
+    return lud_part(36, 35, """
 ## LUD's deltas added by the lean pass, its schedule finished (session 36, issue 18)
 
 Two changes, measured on the AMX Xeon in bf16. **The lean pass adds the gated deltas itself** (`adapters.fused`):
@@ -921,21 +915,12 @@ parameters** ran the rest of the 700-step schedule session 35 had stopped at ste
 data/adapters/qwen2.5-coder-0.5b-instruct/lud/README.md). The same samples as sessions 33 and 35, `ar`,
 `lud-verified` (and `lud` on items 1-4) at their defaults, one `bench` run each, greedy, 64 new tokens; nothing was
 tuned on them.
-"""
-    text += lud_samples(pairs, "s36", "s35", "session 36", "session 35")
-    for name, lead in (("lud-s36-heldout-amx.md", "The 700-step parameters replayed on held-out training answers (the "
-                                                  "480-step ones: lud-s35-heldout-amx.md):"),
-                       ("lud-s36-tune-amx.md", "Decoding 16 held-out training prompts, both parameter sets and "
-                                               "`lud-verified`'s layouts, one run:"),
-                       ("lud-lean-cost-amx.md", "What the gated deltas cost a pass: added by the lean pass, through "
-                                                "the hooks (same kernel), through the oneDNN pair:")):
-        text += linked_page(name, lead)
-    for x, label in pairs:
-        text += f"""
-{label.capitalize()}, session 36:
-
-{section(f"suites-amx-s36{x}.md")}"""
-    return text
+""", (("lud-s36-heldout-amx.md", "The 700-step parameters replayed on held-out training answers (the 480-step ones: "
+                                 "lud-s35-heldout-amx.md):"),
+      ("lud-s36-tune-amx.md", "Decoding 16 held-out training prompts, both parameter sets and `lud-verified`'s "
+                              "layouts, one run:"),
+      ("lud-lean-cost-amx.md", "What the gated deltas cost a pass: added by the lean pass, through the hooks (same "
+                               "kernel), through the oneDNN pair:")))
 
 
 def sps_hfa_zen1_line() -> str:
