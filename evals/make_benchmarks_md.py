@@ -185,14 +185,17 @@ points of `ar`'s), the best configuration per suite (one that meets the bar if a
 |---|---|---|---|---|---|---|
 """ + "\n".join(verdicts) + """
 
-What limits it. The sweep above ran on the AMX Xeon (2026-12-07, session 35) with the parameters continued to 740
-steps with alpha 0.5 and the gated deltas through the native kernel. Where `lud` keeps `ar`'s text (threshold
-0.9-0.95 on qa, summarization and translation: ROUGE-L vs `ar` 1.000, perplexity unchanged) it runs at 0.90-1.27x
-`ar`: qa 1.25-1.27x (1.38 tokens/pass), summarization and translation 0.90-0.94x (1.04-1.09: the pads are rarely
-confident there). On code its accepted guesses change the answer even at 0.95 (ROUGE-L 0.982 but perplexity
-+16%; code-edit ROUGE-L 0.941), and at 0.8 it reaches 1.32x / 1.55x with ROUGE-L 0.70 / 0.79. So lossy `lud` meets
-none of the issue's bars; the lossless `lud-verified`, which checks the same guesses in the next pass at no extra
-pass, is where the retrained parameters pay (next sections: 1.27x overall on the suites, code 1.46x). Earlier
+What limits it. The sweep above ran on the AMX Xeon (2026-12-07, session 36) with the parameters of the finished
+700-step schedule (alpha 0.5) and the gated deltas added by the lean pass. Where `lud` keeps `ar`'s text (ROUGE-L vs
+`ar` 1.000, perplexity unchanged: qa at 0.9-0.95, summarization at 0.95, translation at 0.9-0.95) it runs at
+0.84-1.36x `ar`: qa 1.36x at 0.9 (1.53 tokens/pass: the natural-language bar met on this sample of 4) and 1.32x at
+0.95; summarization and translation 0.84-1.02x (1.07-1.11 tokens/pass: the pads are rarely confident there). On code
+its accepted guesses change the answer even at 0.95 (code ROUGE-L 0.942 and perplexity +38%, code-edit 0.928 and
++30%), and at 0.8 it reaches 1.62x / 1.78x with ROUGE-L 0.63 / 0.73. So lossy `lud` meets the bar on qa only; the
+lossless `lud-verified`, which checks the same guesses in the next pass at no extra pass, is where the parameters pay
+(next sections: 1.32x / 1.34x overall on the suites' two samples, code 1.46x / 1.54x). Session 35's sweep (480-step
+parameters, deltas through the hooks): qa 1.25-1.27x and summarization / translation 0.90-0.94x where `lud` kept the
+text, code at 0.95 ROUGE-L 0.982 with perplexity +16%. Earlier
 sweeps (git history of docs/bench/lud-default.md): the AMD EPYC with AVX512-BF16 2026-12-05 with the 260-step
 parameters (alpha 0.9), 0.79-1.00x where it kept `ar`'s text, code-edit 1.13-1.18x; with the 130-step parameters
 0.82-0.98x; Intel Xeon with AMX-BF16 and the hooks before 2026-12-05, 0.55-0.86x and 1.11x; AMD EPYC in float32,
@@ -1071,11 +1074,16 @@ tunes ran the adapters before it{xeon_table}.
         code_note = ("The code these runs measured: the code of session 34, with `sps`'s draft of 2026-12-07 (the "
                      "one of 2026-12-05 continued on 1,700 prompts' answers), `eagle`'s feature draft of session 31 "
                      "and the PTP adapter of 2026-12-04 21:23 UTC (earlier runs on this CPU are in git history).")
-    else:
+    elif date < "2026-12-07 17":
         code_note = ("The code these runs measured: the code of session 35 (gated LoRA deltas - `ptp`'s here - "
                      "through paradec's native kernel), with `sps`'s draft of 2026-12-07, `eagle`'s feature draft "
                      "of session 31 and the PTP adapter of 2026-12-04 21:23 UTC (earlier runs on this CPU are in "
                      "git history).")
+    else:
+        code_note = ("The code these runs measured: the code of session 36 (gated LoRA deltas - `ptp`'s here - "
+                     "through paradec's native kernel, added by the lean pass itself instead of the linears' "
+                     "hooks), with `sps`'s draft of 2026-12-07, `eagle`'s feature draft of session 31 and the PTP "
+                     "adapter of 2026-12-04 21:23 UTC (earlier runs on this CPU are in git history).")
     init = card.get("init") or {}
     draft_init = (f", continuing a draft of {init.get('steps')} steps ({init.get('train_minutes')} min)" if init
                   else "")
