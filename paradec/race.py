@@ -174,6 +174,11 @@ class Race:
             with self._lock:
                 self._stop.add(name)
 
+    @property
+    def stopping(self) -> bool:
+        """Whether `stop()` (all lanes) was asked."""
+        return self._stop_all.is_set()
+
     def wait(self, timeout: float | None = None) -> bool:
         return self.finished.wait(timeout)
 

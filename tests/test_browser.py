@@ -254,8 +254,13 @@ def test_arena_race_columns_chart_stop(app, page):
     shot(page, "arena.png")
 
     page.locator("#pd-stop").click()
-    page.wait_for_function("() => (document.querySelector('#pd-race-status')||{}).innerText?.includes('Stopped')",
-                           timeout=90_000)
+    # the status line and the columns are separate components: the browser may paint the frame's status before its
+    # columns, so wait for both (a column left running would still time out here and fail below)
+    page.wait_for_function(
+        """(n) => (document.querySelector('#pd-race-status')||{}).innerText?.includes('Stopped')
+                 && [...Array(n).keys()].every(i => { const c = document.querySelector(`#pd-col-${i} .pd-col`);
+                                                      return c && c.getAttribute('data-status') !== 'running'; })""",
+        arg=len(RACE), timeout=90_000)
     final = [page.locator(f"#pd-col-{i} .pd-col").get_attribute("data-status") for i in range(len(RACE))]
     assert set(final) <= {"stopped", "done"} and "stopped" in final, final
     # after the race: a tokens-per-step histogram and a copy button in every column

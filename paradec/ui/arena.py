@@ -441,7 +441,9 @@ class Arena:
                 now = time.perf_counter()
                 if done:
                     self.saved[id(race)].wait(30)
-                if done or now - last >= FRAME_S:
+                # once stopping, only the final frame: one drawn while the lanes end one by one would show some
+                # still running, and could reach the page after the final one
+                if done or (now - last >= FRAME_S and not race.stopping):
                     last = now
                     chart = done or now - last_chart >= CHART_S
                     if chart:
@@ -477,8 +479,8 @@ class Arena:
         return "Stopping…"
 
     def after_stop(self, request: gr.Request = None):
-        """After Stop (which also cancels the streaming handler): wait for the race to end and be saved, and
-        show its final state."""
+        """After Stop: wait for the race to end and be saved, and show its final state (the streaming handler shows
+        the same one; this covers a page whose streaming handler has gone)."""
         session = getattr(request, "session_hash", None) or "default"
         race = self.races.get(session)
         if race is None:
@@ -604,8 +606,10 @@ class Arena:
                                         *boxes], outs,
                             api_name="race", concurrency_id="engine", concurrency_limit=1,
                             show_progress="minimal")
-        stop_ev = stop_btn.click(self.stop, None, [status], api_name="stop", concurrency_limit=None,
-                                 cancels=[race_ev], queue=True)
+        # Stop ends the race between two steps; the streaming handler then draws the final frame itself (no frame
+        # while the lanes end). Cancelling that handler instead let a frame it had already sent land after the
+        # final one and paint the columns as running again (seen in the browser test).
+        stop_ev = stop_btn.click(self.stop, None, [status], api_name="stop", concurrency_limit=None, queue=True)
         after = stop_ev.then(self.after_stop, None, outs, api_name="after_stop", concurrency_limit=None)
         replay_btn.click(self.replay, [speed], outs, api_name="replay", concurrency_limit=None,
                          show_progress="hidden")
