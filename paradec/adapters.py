@@ -211,10 +211,11 @@ class _Fused:
     deltas for the gated tail rows into the stacked product in one `native.lora_add` call - the same kernel,
     operands and order as the hooks' native way (`_group_delta`), so the numbers are the same bit for bit.
 
-    Why: through the hooks the same work cost about 4.3 ms of Python a pass more (168 hook dispatches, the
-    gate's gather, the stash, the stacked-output lookup and the argument checks of 96 calls; Intel Xeon with
-    AMX-BF16, 2 threads, the default model's LUD parameters, 5 rows, 4 gated). Here a group costs a dict lookup
-    and one foreign call."""
+    Why: through the hooks the same work cost 3.5-4.5 ms of Python a pass more (168 hook dispatches, the gate's
+    gather, the stash, the stacked-output lookup and the argument checks of 96 `native.lora_add` calls; Intel Xeon
+    with AMX-BF16, 2 threads, the default model's LUD parameters, 5 rows, 4 gated; docs/bench/lud-lean-cost-amx.md).
+    Here a group costs a dict lookup and one foreign call, its pointers computed from the layout instead of through
+    `lora_add`'s slices and checks. Building the plan (`GatedAdapter._fused`) costs ~0.3 ms a pass."""
 
     __slots__ = ("entries", "tail", "call", "done")
 
