@@ -473,7 +473,7 @@ def test_graft_hangs_the_copy_under_the_root_sharing_the_drafts_nodes():
     assert cut.tokens == [5, 6, 7] and cut.origin == ["b", "b", "b"]
     rates = E.CopyRate()
     assert rates.probs(2, 3) == [0.5, 0.25, 0.125]        # one hit in two tries before any step
-    rates.update(2, g, [0, 2])                            # tries: 5 (root), 7 (under 5), 9 (under 7); hits 5, 7
+    E.copy_record(rates, 2, g, [0, 2])                    # tries: 5 (root), 7 (under 5), 9 (under 7); hits 5, 7
     assert rates.rate(2) == pytest.approx((0.8 * 1 + 2) / (0.8 * 2 + 3))
     assert rates.rate(1) == 0.5                           # per n-gram length
 

@@ -49,7 +49,7 @@ from .. import passcost, verification
 from ..engine import Engine, ModelError
 from ..sampling import argmax
 from .base import Param, Run, Strategy, register
-from .prompt_lookup import ContextIndex
+from .prompt_lookup import ContextIndex, CopyRate
 from .speculative import DECAY, K_MAX, PROBE_EVERY, CostRule, draft_step, tree_params
 from .speculative_tree import grow_tree, verify
 
@@ -201,28 +201,12 @@ def graft(tree: Tree, copy: list[int], probs: list[float]) -> Tree:
     return Tree(tok, par, dep, pr, tree.passes, origin)
 
 
-class CopyRate:
-    """How often a copied token is accepted once the node it hangs under was (or it hangs under the root), per
-    length of the n-gram whose earlier occurrence it was copied after; counts decayed by DECAY a step, starting at
-    one hit in two tries. The copy's j-th token is then given probability rate ** j in the tree."""
-
-    def __init__(self):
-        self.hits: dict[int, float] = {}
-        self.tries: dict[int, float] = {}
-
-    def rate(self, n: int) -> float:
-        return self.hits.get(n, 1.0) / self.tries.get(n, 2.0)
-
-    def probs(self, n: int, length: int) -> list[float]:
-        r = self.rate(n)
-        return [r ** (j + 1) for j in range(length)]
-
-    def update(self, n: int, tree: Tree, path: list[int]) -> None:
-        on = set(path)
-        tries = [i for i, o in enumerate(tree.origin) if o != "d" and (tree.parents[i] < 0 or tree.parents[i] in on)]
-        if tries:
-            self.hits[n] = DECAY * self.hits.get(n, 1.0) + sum(i in on for i in tries)
-            self.tries[n] = DECAY * self.tries.get(n, 2.0) + len(tries)
+def copy_record(rates: CopyRate, n: int, tree: Tree, path: list[int]) -> None:
+    """Credit `rates` with a step's copied nodes (origin not "d") that were tried - hung under the root or under a
+    node on the accepted path - and which of them were accepted."""
+    on = set(path)
+    tries = [i for i, o in enumerate(tree.origin) if o != "d" and (tree.parents[i] < 0 or tree.parents[i] in on)]
+    rates.record(n, len(tries), sum(i in on for i in tries))
 
 
 class TreeRule:
@@ -349,7 +333,7 @@ class Eagle(Strategy):
         costs = passcost.pass_costs(engine, TREE_WIDTHS)
         draft_cost = step_cost(engine, fd, rows=p["width"])
         rule = TreeRule(passcost.cost_at(costs, 1)) if p["adaptive"] else None
-        index, rates = (ContextIndex(LOOKUP_NGRAM), CopyRate()) if p["lookup"] else (None, None)
+        index, rates = (ContextIndex(LOOKUP_NGRAM), CopyRate(DECAY)) if p["lookup"] else (None, None)
         if index is not None:
             index.extend(seq)
         prefill = True
@@ -385,7 +369,7 @@ class Eagle(Strategy):
             if index is not None:
                 index.extend(v.tokens)
                 if copy:
-                    rates.update(ngram, tree, path)
+                    copy_record(rates, ngram, tree, path)
             if rule is not None and drafts:         # credited with the drafted tokens it accepted, not the copied
                 drafted = sum(1 for i in path if not tree.origin or tree.origin[i] != "c")
                 rule.update(drafted, tree.passes * draft_cost + passcost.cost_at(costs, P + n))

@@ -60,16 +60,43 @@ class ContextIndex:
     def propose(self, num_pred: int) -> list[int]:
         return self.match(num_pred)[0]
 
-    def match(self, num_pred: int) -> tuple[list[int], int]:
-        """The proposals and the length n of the suffix n-gram they follow (([], 0) without a match)."""
-        L = len(self.seq)
+    def match(self, num_pred: int, tail=()) -> tuple[list[int], int]:
+        """The proposals and the length n of the suffix n-gram they follow (([], 0) without a match). With `tail`
+        (tokens not yet settled, e.g. drafts), the continuation of seq + tail: its suffix n-gram is looked up among
+        the occurrences in seq (none in the tail itself), and the copy runs on into the tail."""
+        seq = self.seq + [int(t) for t in tail] if len(tail) else self.seq
+        L = len(seq)
         if num_pred <= 0:
             return [], 0
         for n in range(min(self.max_ngram, L - 1), 0, -1):
-            end = self.last[n].get(tuple(self.seq[L - n:]))
+            end = self.last[n].get(tuple(seq[L - n:]))
             if end is not None:
-                return _copy(self.seq, end, num_pred), n
+                return _copy(seq, end, num_pred), n
         return [], 0
+
+
+class CopyRate:
+    """How often a copied token is accepted once the token before it was (or it is the first), per length of the
+    n-gram whose earlier occurrence it was copied after; counts decayed by `decay` a step, starting at one hit in
+    two tries. The copy's j-th token (from 0) is then estimated accepted with its predecessors at rate ** (j + 1)."""
+
+    def __init__(self, decay: float = 0.8):
+        self.decay = decay
+        self.hits: dict[int, float] = {}
+        self.tries: dict[int, float] = {}
+
+    def rate(self, n: int) -> float:
+        return self.hits.get(n, 1.0) / self.tries.get(n, 2.0)
+
+    def probs(self, n: int, length: int) -> list[float]:
+        r = self.rate(n)
+        return [r ** (j + 1) for j in range(length)]
+
+    def record(self, n: int, tries: int, hits: int) -> None:
+        """A step verified `tries` copied tokens (after n-gram length n) whose predecessors held; `hits` held."""
+        if tries:
+            self.hits[n] = self.decay * self.hits.get(n, 1.0) + hits
+            self.tries[n] = self.decay * self.tries.get(n, 2.0) + tries
 
 
 @register
