@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from paradec.engine import Engine, cpu_name  # noqa: E402
 from paradec.race import run_alone  # noqa: E402
 from paradec.strategies import Request  # noqa: E402
-from paradec.training.prompts import training_prompts  # noqa: E402
+from paradec.training.prompts import KINDS, training_prompts  # noqa: E402
 from evals.ptp_tune import write_page  # noqa: E402
 
 CONFIGS = '{"rule": "cost"};{"rule": "transformers"};{"adaptive": false, "k": 1};{"adaptive": false, "k": 2};' \
@@ -48,6 +48,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--configs", default=CONFIGS, help="sps parameter sets (JSON objects) separated by ';'")
     ap.add_argument("--seed", type=int, default=23)
+    ap.add_argument("--kinds", default="", help="comma-separated prompt kinds (default: all, in turn)")
     ap.add_argument("--markdown")
     args = ap.parse_args(argv)
     configs = [json.loads(c) for c in args.configs.split(";") if c.strip()]
@@ -66,7 +67,10 @@ def main(argv=None) -> int:
         if st == "eagle":
             e.extras["eagle"] = drafts[folder]
         return run_alone(e, st, r, c)
-    prompts = training_prompts(args.prompts, args.seed, "heldout")
+    kinds = [k for k in args.kinds.split(",") if k] or KINDS
+    if set(kinds) - set(KINDS):
+        ap.error(f"unknown kinds {sorted(set(kinds) - set(KINDS))}; known: {', '.join(KINDS)}")
+    prompts = training_prompts(args.prompts, args.seed, "heldout", kinds=kinds)
     reqs = [Request(messages=p["messages"], max_new_tokens=args.max_new_tokens) for p in prompts]
     warm = Request(messages=prompts[0]["messages"], max_new_tokens=8)    # weights packed, pass costs measured
     run_alone(e, "ar", warm)
@@ -106,7 +110,7 @@ def main(argv=None) -> int:
     lines = [f"# sps k rules on this machine ({cpu_name()}, {e.device}, {e.dtype}, {torch.get_num_threads()} "
              f"threads, {datetime.date.today()})", "",
              f"`python evals/sps_tune.py {shlex.join(argv if argv is not None else sys.argv[1:])}`: {len(reqs)} "
-             f"held-out training prompts (not the benchmark suites), greedy, {args.max_new_tokens} new tokens, "
+             f"held-out training prompts{' of kinds ' + ', '.join(kinds) if args.kinds else ''} (not the benchmark suites), greedy, {args.max_new_tokens} new tokens, "
              f"batch 1, draft: {draft}{'; eagle: ' + args.eagle if args.eagle else ''}. ar: {ar_speed:.2f} tokens/s in the same run.", "",
              "| sps parameters (or strategy and its parameters) | tokens/pass | draft passes/token | drafting's share "
              "of the time | tokens/s | speed-up vs ar | mismatches vs ar |",

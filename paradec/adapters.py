@@ -225,7 +225,7 @@ class _Fused:
     def linear(self, mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
         out = mod.forward(x)
         hit = self.entries.get(mod)
-        if hit is None:
+        if hit is None or not self.tail:
             return out
         members, col, pack = hit
         if self.done.get(members) is x:                    # a sibling called with this input added them
@@ -484,10 +484,11 @@ class GatedAdapter(nn.Module):
 
     def _fused(self, x: torch.Tensor) -> "_Fused | None":
         """This pass's deltas for paradec's lean pass to add itself (see `fused`), or None: only a bf16 inference
-        pass on a CPU, batch 1, gated on its last 1..native.LORA_ROWS rows, with every linear a LoRA pair in a sibling
+        pass on a CPU, batch 1, gated on its last 0..native.LORA_ROWS rows (0: a pass with the gate shut, which adds
+        nothing and then costs what a pass without the adapter does), with every linear a LoRA pair in a sibling
         group the model stacks exactly so (or alone), no hooks on them but paradec adapters' and none global."""
         gate = self._gate
-        if not (_NATIVE and _FUSE and gate.tail and gate.tail <= native.LORA_ROWS and x.dim() == 3 and x.shape[0] == 1
+        if not (_NATIVE and _FUSE and gate.tail is not None and gate.tail <= native.LORA_ROWS and x.dim() == 3 and x.shape[0] == 1
                 and x.dtype == torch.bfloat16 and x.device.type == "cpu" and not torch.is_grad_enabled()):
             return None
         lib = native.library()

@@ -321,7 +321,8 @@ def test_the_lean_pass_adds_tail_deltas_itself_with_the_hooks_numbers(cls, monke
     """bf16 on a CPU, batch 1, a tail gate, siblings stacked: paradec's lean pass runs each decoder linear's own
     forward and adds the gated rows' deltas itself (`adapters.fused`), one native call per sibling group. Logits
     and cache are the hooks' way's bit for bit. It steps aside - the hooks act - when a foreign hook sits on a
-    linear (which then runs), when gradients are recorded, or when two adapters have open gates."""
+    linear (which then runs), when gradients are recorded, or when two adapters have open gates. With the gate shut
+    (no gated row) it takes the lean way too and adds nothing."""
     from paradec import adapters, kernels, native
     if not native.available():
         pytest.skip(f"native kernel not available: {native.why()}")
@@ -365,6 +366,13 @@ def test_the_lean_pass_adds_tail_deltas_itself_with_the_hooks_numbers(cls, monke
             h.remove()
         assert seen and nc == 0 and torch.equal(c, a)
 
+        shut = torch.zeros(n, dtype=torch.bool)             # the gate shut: the lean way, the base's numbers
+        monkeypatch.setattr(adapters, "_FUSE", True)
+        fused_calls.clear()
+        with torch.inference_mode(), ad.gated(shut):
+            s = e.forward(ids, e.new_cache())
+        assert len(fused_calls) == 7 * layers and torch.equal(s[0, :, :v], base[0])
+
         with torch.no_grad(), ad.gated(gate):
             x = e.model.model.embed_tokens(torch.tensor([ids]))
             assert adapters.fused(e.model, x) is not None
@@ -379,4 +387,4 @@ def test_the_lean_pass_adds_tail_deltas_itself_with_the_hooks_numbers(cls, monke
                 other.detach()
     finally:
         ad.detach()
-    assert not adapters._ON
+    assert id(e.model) not in adapters._ON                 # (other tests' models may hold adapters)

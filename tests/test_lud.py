@@ -15,6 +15,7 @@ from paradec.lud import (AdapterError, LUDAdapter, LUDConfig, adapter_for, load_
                          pad_group_mask)
 from paradec.race import run_alone
 from paradec.strategies import Request, RequestError, get
+from paradec.strategies.prompt_lookup import ContextIndex, CopyRate
 from paradec.testing import random_engine
 from paradec.training import lud_train as T
 
@@ -365,8 +366,8 @@ def test_verified_lud_is_ar_token_for_token_where_lud_is_not(looping_with_pads, 
     for p in PROMPTS:
         ar = _tokens(eng, "ar", p, max_new_tokens=30, ignore_eos=True)
         lud = _tokens(eng, "lud", p, {"threshold": 0.0, "k": 4, "max_repeat": 0}, max_new_tokens=30, ignore_eos=True)
-        v = _tokens(eng, "lud-verified", p, {"threshold": 0.0, "k": 4, "layout": layout}, max_new_tokens=30,
-                    ignore_eos=True)
+        v = _tokens(eng, "lud-verified", p, {"threshold": 0.0, "k": 4, "layout": layout, "lookup": 0},
+                    max_new_tokens=30, ignore_eos=True)
         assert v.token_ids == ar.token_ids, p
         changed += lud.token_ids != ar.token_ids
         f = v.figures()
@@ -379,10 +380,95 @@ def test_verified_lud_is_ar_token_for_token_where_lud_is_not(looping_with_pads, 
         after_refusal += sum(b.drafted for a, b in zip(v.steps, v.steps[1:]) if a.accepted < a.drafted)
     assert changed and accepted > 10 and refused > 10   # lud's unverified guesses changed the text; these did not
     assert (after_refusal > 10) if layout == "branch" else (after_refusal == 0)
-    # threshold 1.0 drafts nothing: ar with pad slots
-    v = _tokens(eng, "lud-verified", PROMPTS[0], {"threshold": 1.0, "k": 4, "layout": layout}, max_new_tokens=12,
-                ignore_eos=True)
+    # threshold 1.0 drafts nothing: ar with pad slots (lookup 0: no copies either)
+    v = _tokens(eng, "lud-verified", PROMPTS[0], {"threshold": 1.0, "k": 4, "layout": layout, "lookup": 0},
+                max_new_tokens=12, ignore_eos=True)
     assert v.figures().drafted == 0 and v.figures().forward_passes == 12
+
+
+def test_verified_lud_with_copied_drafts_is_ar_token_for_token(looping_with_pads):
+    """`lookup`: tokens copied from the context follow the pad drafts in the pass; the random model repeats itself,
+    so copies are drafted, often accepted and sometimes refused - and the output is still ar's, greedy and sampled,
+    within the budget."""
+    from paradec.strategies.lexical_units_verified import COST_WIDTHS
+    eng = looping_with_pads
+    saved = eng.extras.pop("pass_costs", None)
+    key = f"lud-{id(eng.extras['lud'])}"                     # flat costs: the cut keeps whole copies, with pads
+    eng.extras["pass_costs"] = {f"{key}-shut": {w: 0.05 for w in COST_WIDTHS},
+                                f"{key}-k4": {w: 0.05 for w in COST_WIDTHS}}
+
+    def steps(p, params, **kw):
+        req = Request(prompt=p, params=params, **{"max_new_tokens": 30, "ignore_eos": True, **kw})
+        return list(get("lud-verified").stream(eng, req))
+    try:
+        copied = accepted_copies = 0
+        for p, kw in zip(PROMPTS, ({}, {}, {"temperature": 0.2, "seed": 5}, {"temperature": 0.2, "seed": 9})):
+            ar = _tokens(eng, "ar", p, max_new_tokens=30, ignore_eos=True, **kw)
+            st = steps(p, {"threshold": 0.5, "k": 4, "lookup": 8}, **kw)
+            assert [t for s in st for t in s.token_ids] == ar.token_ids, p
+            for s in st:
+                c = s.info["copied"]
+                assert 0 <= c <= 8 and c <= s.drafted and 0 <= s.accepted <= s.drafted
+                copied += c
+                accepted_copies += max(0, s.accepted - (s.drafted - c))
+        assert copied > 10 and 0 < accepted_copies < copied
+        eng.extras["pass_costs"][f"{key}-k4"] = {w: 1.0 for w in COST_WIDTHS}   # a gated pass costs 20 shut ones:
+        for p in PROMPTS[:2]:                                                 # pld's passes after the first
+            st = steps(p, {"threshold": 0.5, "k": 4, "lookup": 8})
+            assert [t for s in st for t in s.token_ids] == _tokens(eng, "ar", p, max_new_tokens=30,
+                                                                   ignore_eos=True).token_ids
+            assert st[0].info["pads"] and not any(s.info["pads"] for s in st[1:])
+            assert sum(s.info["copied"] for s in st) > 5
+        assert "copied" not in steps(PROMPTS[0], {"threshold": 0.5, "k": 4, "lookup": 0})[-1].info   # pads only
+        for n in (1, 2, 5):
+            st = steps(PROMPTS[0], {"threshold": 0.0, "k": 4, "lookup": 8}, max_new_tokens=n)
+            assert sum(len(s.token_ids) for s in st) == n
+        assert "copied" not in steps(PROMPTS[0], {"k": 4, "lookup": 8, "layout": "branch"})[-1].info  # chain only
+    finally:
+        eng.extras.pop("pass_costs", None)
+        if saved is not None:
+            eng.extras["pass_costs"] = saved
+
+
+def test_copies_are_cut_where_a_row_stops_paying():
+    """Copier.propose keeps the copy's prefix, with or without pad slots, that maximises expected tokens per second
+    of the pass: all of it when rows are free, none when each row costs a whole pass, fewer as its acceptance rate
+    falls; pad slots when they pay for what they bring the next step, none when the gate costs more."""
+    from paradec.strategies.lexical_units_verified import Copier
+    c = Copier.__new__(Copier)
+    c.most, c.k, c.index, c.rates = 8, 4, ContextIndex(3), CopyRate()
+    c.pad_hits, c.pad_steps, c.after_pads = 1.0, 2.0, False
+    c.index.extend([1, 2, 3, 4, 5, 6, 7, 8, 1, 2])          # ... 1 2 -> copy 3 4 5 6 7 8 1 2
+    c.costs = c.gated = {1: 1.0, 32: 1.0}                    # flat: every copied token pays, and the pad slots
+    assert c.propose([], [], 64) == ([3, 4, 5, 6, 7, 8, 1, 2], 2, True)
+    assert c.propose([3], [0.9], 64) == ([4, 5, 6, 7, 8, 1, 2, 3], 3, True)  # after a pad draft: seq + [3]
+    assert c.propose([], [], 4) == ([3, 4, 5], 2, False)    # 4 left: at most 3 drafts, no room for pad slots
+    c.gated = {1: 2.0, 32: 2.0}                              # the gated pass costs two: the copy without pads
+    assert c.propose([], [], 64) == ([3, 4, 5, 6, 7, 8, 1, 2], 2, False)
+    c.index = ContextIndex(3)
+    c.index.extend([1, 2, 3])                                # nothing to copy
+    assert c.propose([], [], 64) == ([], 0, False)           # 1 token / 1.0 beats (1 + 0.5) / 2.0
+    c.gated = {1: 1.1, 32: 1.1}
+    assert c.propose([], [], 64) == ([], 0, True)            # (1 + 0.5) / 1.1 beats 1 / 1.0
+    c.index.extend([1, 2])
+    c.k, c.costs = 1, {1: 1.0, 2: 2.0}                       # no pad slots, every row a whole pass: nothing pays
+    assert c.propose([], [], 64) == ([], 2, False)
+    c.k, c.costs = 4, {1: 1.0, 32: 1.0 + 31 * 0.05}          # 5% a row
+    c.gated = {w: v + 0.2 for w, v in c.costs.items()}
+    many = len(c.propose([], [], 64)[0])
+    assert many >= 2
+    for _ in range(6):
+        c.rates.record(2, 4, 0)                              # copies after 2-grams keep failing
+    assert len(c.propose([], [], 64)[0]) < many
+    c.settled([3], pads=1, copied=3, ngram=1, accepted=2, had_pads=True)   # the pad draft and the first copy
+    assert c.rates.tries[1] == pytest.approx(0.8 * 2 + 2) and c.rates.hits[1] == pytest.approx(0.8 + 1)  # held
+    assert not c.after_pads                                  # a refused draft: the pads' guesses are dropped
+    c.settled([4], pads=2, copied=3, ngram=1, accepted=1, had_pads=True)   # a pad draft refused: no copy tried
+    assert c.rates.tries[1] == pytest.approx(0.8 * 2 + 2) and c.pad_steps == 2.0
+    c.settled([5], pads=0, copied=0, ngram=0, accepted=0, had_pads=True)
+    assert c.after_pads
+    c.settled([6, 7], pads=2, copied=0, ngram=0, accepted=1, had_pads=False)  # 1 of the 2 pad drafts held
+    assert (c.pad_hits, c.pad_steps) == (pytest.approx(0.8 + 1), pytest.approx(0.8 * 2 + 1)) and not c.after_pads
 
 
 def test_verified_lud_in_bf16_through_the_native_lora_kernel_is_ar_token_for_token(looping_with_pads):
@@ -406,7 +492,8 @@ def test_verified_lud_in_bf16_through_the_native_lora_kernel_is_ar_token_for_tok
     accepted = 0
     for p, kw in zip(PROMPTS, ({}, {}, {"temperature": 0.3, "seed": 5}, {"temperature": 0.3, "seed": 9})):
         ar = _tokens(e, "ar", p, max_new_tokens=24, ignore_eos=True, **kw)
-        v = _tokens(e, "lud-verified", p, {"threshold": 0.0, "k": 4}, max_new_tokens=24, ignore_eos=True, **kw)
+        v = _tokens(e, "lud-verified", p, {"threshold": 0.0, "k": 4, "lookup": 0}, max_new_tokens=24, ignore_eos=True,
+                    **kw)
         assert v.token_ids == ar.token_ids, p
         accepted += v.figures().accepted
     assert e.extras["lud"]._natives and accepted > 5
@@ -440,7 +527,7 @@ def test_verified_replay_counts_what_the_strategy_does(looping_with_pads):
         x, greedy, cuts, conf, top = T.pad_predictions(eng, ad, row)
         for th in (0.0, 0.5):
             for layout in ("chain", "branch"):
-                v = _tokens(eng, "lud-verified", p, {"threshold": th, "k": 4, "layout": layout}, max_new_tokens=24,
-                            ignore_eos=True)
+                v = _tokens(eng, "lud-verified", p, {"threshold": th, "k": 4, "layout": layout, "lookup": 0},
+                            max_new_tokens=24, ignore_eos=True)
                 assert T.replay_verified(x, greedy, cuts, conf, top, 4, th, ad.config.stop_id,
                                          branch=layout == "branch") == (24, v.figures().forward_passes), (p, layout)

@@ -34,15 +34,36 @@ LoRA kernel (paradec/native.py) the branch gives 2.01 tokens per pass to the cha
 decoding ran at 1.51x (branch, k=3) and 1.42x (branch, k=5) against the chain's 1.48x (k=5; one run,
 docs/bench/lud-s35-tune-amx.md). With session 36's (700 steps) and the deltas added by the lean pass: chain 1.62x,
 branch 1.60x (k=3) and 1.53x (k=5) (docs/bench/lud-s36-tune-amx.md). So the chain stays the default.
-Step figures: forward_passes 1, drafted = drafts verified this pass, accepted = those accepted.
+`lookup` (chain only; the branch layout takes no copies): after the pad drafts the pass also carries tokens copied from the context - what `pld` would
+propose for the text the pad drafts lead to (the last 1-3 tokens of prompt + output + pad drafts matched at their most
+recent earlier occurrence, the tokens after it copied; `ContextIndex.match`) - and a pass may leave out its pad slots.
+`Copier` chooses both each step by expected tokens per second of the pass: the pass costs measured once per engine and
+adapter (`passcost`: gated on the pad slots, and with the gate shut), the copy's acceptance estimated from this run's
+own copies (`CopyRate`, per n-gram length), the pad drafts' from their confidences, and the pad slots credited with
+what their drafts have been worth to the following step in this run. Where a copy is long and likely, a pass without
+pad slots (pld's, at a plain pass's cost: the lean pass with the gate shut adds nothing) takes it. Copies are drafts
+like the pads': verified on real rows, so the output stays `ar`'s; after a refused draft the next pass has no pad
+drafts but may still carry a copy. Its default, 16, from held-out training prompts on an AMX Xeon in bfloat16 (never
+the suites): 27 prompts of every kind 1.56x `ar` without, 1.64x with (docs/bench/lud-lookup-tune-amx.md; `pld`
+1.34x); 16 of the kinds conversation, lists, summarize, translate 1.15x -> 1.20x at the same 1.41 tokens per pass
+(the pad slots left out where they did not pay; 32 the same: docs/bench/lud-lookup-tune-nl-amx.md); 15 of code-edit,
+qa-context, summarize 1.40x -> 1.47-1.48x (`pld` 1.46x) with the first version of the rule, which always kept the
+pad slots (docs/bench/lud-lookup-tune-copy-amx.md).
+Step figures: forward_passes 1, drafted = drafts verified this pass, accepted = those accepted; with `lookup`
+info["copied"] = how many of the drafts were copies (the last ones), info["pads"] = whether the pass had pad slots.
 """
 from __future__ import annotations
 
 import torch
 
+from .. import passcost
 from ..sampling import next_tokens
 from .base import Param, Run, register
 from .lexical_units import LexicalUnits, auto_k
+from .prompt_lookup import ContextIndex, CopyRate
+
+LOOKUP_NGRAM = 3                        # `lookup`: longest suffix n-gram matched (pld's default)
+COST_WIDTHS = (1, 2, 4, 8, 12, 16, 24, 32)     # pass widths timed once per engine for the `lookup` cut
 
 
 @register
@@ -57,6 +78,10 @@ class VerifiedLexicalUnits(LexicalUnits):
         "layout": Param("chain", str, choices=("chain", "branch"),
                         help="pad slots after the drafts only (chain) or after every prefix of them (branch: a refused "
                              "draft still leaves the next pass drafts, at (drafts + 1) x the pad rows)"),
+        "lookup": Param(16, int, 0, 32, "chain (the branch layout ignores it): after the pad drafts also draft up to this many tokens copied from "
+                                        "the context (what pld proposes for the text they lead to), as many as pay "
+                                        "by the measured pass costs, and leave out pad slots where they do not pay "
+                                        "(0 = off: pad drafts only, pad slots in every pass)"),
         "adapter": LexicalUnits.params["adapter"],
     }
 
@@ -67,6 +92,9 @@ class VerifiedLexicalUnits(LexicalUnits):
         branch = p["layout"] == "branch"
         sp, us = run.sampling, run.us
         feed, drafts = list(run.ids), []           # feed: settled tokens not yet cached; drafts: to verify
+        copier = Copier(engine, adapter, k, run.ids, p["lookup"]) if p["lookup"] and not branch else None
+        copied = ngram = 0                         # the last `copied` drafts are copies (after an n-gram of ngram)
+        pads = True                                # whether this pass carries pad slots (always, without lookup)
         prefill = True
         while True:
             m = len(drafts)
@@ -76,7 +104,7 @@ class VerifiedLexicalUnits(LexicalUnits):
             # pad groups: after the prefix ending at draft j (j = 0 .. m; only j = m in the chain layout); a group's
             # drafts fit the budget if they and the j tokens before them are all accepted
             groups = [(j, max(0, min(k - 1, left - j - 2))) for j in (range(m + 1) if branch else (m,))]
-            groups = [(j, n) for j, n in groups if n]
+            groups = [(j, n) for j, n in groups if n and pads]
             tokens = feed + drafts
             for _j, n in groups:
                 tokens = tokens + [engine.pad_id] * n
@@ -99,7 +127,7 @@ class VerifiedLexicalUnits(LexicalUnits):
                 if j == m or drafts[j] != c:
                     break
             accepted = len(new) - 1
-            nxt, at = [], m + 1
+            nxt, confs, at = [], [], m + 1
             for j, n in groups:                 # the group read after the accepted prefix, if there is one
                 if j == accepted:
                     probs = torch.softmax(logits[at:at + n].float(), -1)
@@ -108,14 +136,82 @@ class VerifiedLexicalUnits(LexicalUnits):
                         if cf <= threshold or t == V:
                             break
                         nxt.append(t)
+                        confs.append(cf)
                 at += n
             engine.crop(cache, cached + F + accepted)
-            step = out.step(new, forward_passes=1, drafted=m, accepted=accepted, prefill=prefill)
+            step = out.step(new, forward_passes=1, drafted=m, accepted=accepted, prefill=prefill,
+                            info={"copied": copied, "pads": bool(groups)} if copier is not None else {})
             yield step
             if out.done:
                 return
             prefill = False
             feed, drafts = [new[-1]], nxt
+            if copier is not None:
+                copier.settled(new, m - copied, copied, ngram, accepted, bool(groups))
+                copy, ngram, pads = copier.propose(nxt, confs, out.budget - len(out.ids))
+                drafts, copied = nxt + copy, len(copy)
+
+
+class Copier:
+    """`lookup`: tokens copied from the context (pld's proposal) as drafts after the pad drafts, and whether the
+    pass carries pad slots. Of the copy, the first j tokens are kept, with or without pad slots, for the choice that
+    maximises the step's expected tokens per second of its pass: expected tokens 1 + the pad drafts' cumulative
+    confidences + their product x the copy's estimated acceptance (`CopyRate`), plus - with pad slots - what pad
+    drafts have been worth to the step after (this run's decayed mean of accepted pad drafts) times the chance that
+    every draft holds (pads read after a refused draft are dropped); seconds: the pass costs measured once per
+    engine and adapter (`passcost`), gated on the pad slots or with the gate shut. Where a copy is long and likely
+    a pass without pad slots (pld's) is the cheaper way to take it. (Tried and dropped: offering instead the copy of
+    the settled context alone, without the pad drafts, where it counted more: on 15 held-out training prompts of the
+    copy-heavy kinds, two runs each, 1.58-1.61x `ar` with it against 1.64-1.68x without.)"""
+
+    def __init__(self, engine, adapter, k: int, ids, most: int):
+        self.most, self.k = most, k
+        self.index = ContextIndex(LOOKUP_NGRAM)
+        self.index.extend(ids)
+        self.rates = CopyRate()
+        self.pad_hits, self.pad_steps = 1.0, 2.0         # accepted pad drafts per step they could come in
+        self.after_pads = False                          # this step's pad drafts came from pads read last pass
+        tail = lambda n: lambda w: adapter.gated(torch.arange(w) >= w - min(n, w - 1))   # noqa: E731
+        key = f"lud-{id(adapter)}"
+        self.costs = passcost.pass_costs(engine, COST_WIDTHS, key=f"{key}-shut", gate=tail(0))
+        self.gated = passcost.pass_costs(engine, COST_WIDTHS, key=f"{key}-k{k}", gate=tail(k - 1))
+
+    def settled(self, new, pads: int, copied: int, ngram: int, accepted: int, had_pads: bool) -> None:
+        """After a step: `new` joined the context; of its drafts, `pads` pad drafts then `copied` copies, of which
+        `accepted` (in all) were accepted; `had_pads`: the pass carried pad slots. A copy token counts as tried
+        when every draft before it held."""
+        self.index.extend(new)
+        if copied and accepted >= pads:
+            self.rates.record(ngram, min(copied, accepted - pads + 1), accepted - pads)
+        if self.after_pads:
+            self.pad_hits = self.rates.decay * self.pad_hits + min(pads, accepted)
+            self.pad_steps = self.rates.decay * self.pad_steps + 1
+        self.after_pads = had_pads and accepted == pads + copied
+
+    def propose(self, drafts: list[int], confs: list[float], left: int) -> tuple[list[int], int, bool]:
+        """The copied tokens to draft after `drafts` (pad drafts with confidences `confs`) when `left` tokens of
+        the budget remain, the n-gram length they were copied after, and whether the pass carries pad slots."""
+        room = min(self.most, left - 1 - len(drafts))
+        copy, ngram = self.index.match(room, tail=drafts) if room > 0 else ([], 0)
+        reach, expected = 1.0, 1.0
+        for c in confs:
+            reach *= c
+            expected += reach
+        later = self.pad_hits / self.pad_steps
+        best, choice = None, (0, True)
+        for j, q in enumerate([1.0] + self.rates.probs(ngram, len(copy))):
+            held = reach * q                            # every draft holds
+            expected += 0.0 if j == 0 else held
+            m = len(drafts) + j
+            n = max(0, min(self.k - 1, left - m - 2))
+            options = [(expected / passcost.cost_at(self.costs, 1 + m), False)]
+            if n:
+                options.append(((expected + later * held) / passcost.cost_at(self.gated, 1 + m + n), True))
+            for value, pads in options:
+                if best is None or value > best:
+                    best, choice = value, (j, pads)
+        j, pads = choice
+        return copy[:j], (ngram if copy else 0), pads
 
 
 def branch_layout(cached: int, feed: int, m: int, groups: list[tuple[int, int]]):

@@ -42,7 +42,8 @@ HINTS = {
     "sot-seq": "SoT's baseline: the same points written one after another",
     "sot-r": "SoT for list-style questions only (a router), ar otherwise",
     "lud": "trained pad slots guess the next tokens; confident ones are kept",
-    "lud-verified": "lud's pad-slot guesses become drafts the next pass checks: ar's text, fewer passes",
+    "lud-verified": "lud's pad-slot guesses and copies from the context become drafts the next pass checks: ar's "
+                    "text, fewer passes",
     "pcw": "a long prompt as parallel context windows",
     "ape": "parallel context windows with APE's shared prefix, temperature and scaling",
     "focus": "a long prompt as a batch of chunks with trained candidate tokens",
