@@ -926,6 +926,25 @@ tuned on them.
                                "kernel), through the oneDNN pair:")))
 
 
+def amx_s37_part() -> str:
+    """Issue 18 on the AMX Xeon (session 37): `lud-verified` with copies from the context (`lookup`) and pad slots
+    left out where they do not pay; `ar`, `lud-verified`, `pld` on the same two samples beside session 36's runs
+    (docs/bench/suites-amx-s37a.md, -s37b.md against -s36a.md, -s36b.md) and the held-out decoding that chose the
+    default (lud-lookup-tune-amx.md, lud-lookup-tune-nl-amx.md)."""
+    return lud_part(37, 36, """
+## LUD's drafts with copies from the context (session 37, issue 18)
+
+One change, measured on the AMX Xeon in bf16: `lud-verified`'s passes also carry tokens copied from the context
+(`lookup`, default 16: what `pld` proposes for the text the pad drafts lead to), and a pass leaves out its pad slots
+where they do not pay; both chosen each step by expected tokens per second of the pass at pass costs measured once
+(gated on the pad slots, and with the gate shut, which the lean pass runs at a plain pass's cost). Lossless as
+before: copies are drafts verified on real rows. The default comes from held-out training prompts (below), not the
+suites. The same samples as sessions 33-36, `ar`, `lud-verified` at its defaults and `pld` beside them, one `bench`
+run each, greedy, 64 new tokens. `lud` was not re-run (unchanged): its session-37 column is empty.
+""", (("lud-lookup-tune-amx.md", "Choosing the default on 27 held-out training prompts of every kind:"),
+      ("lud-lookup-tune-nl-amx.md", "On 16 held-out training prompts of the natural-language kinds:")))
+
+
 def sps_hfa_zen1_line() -> str:
     """A pointer to `sps` beside `hf-assisted` on a Zen 1 EPYC (docs/bench/sps-hf-assisted-zen1.md), with its
     verdict paragraph."""
@@ -1213,7 +1232,7 @@ def main() -> None:
 
 ## The default model: Qwen2.5-Coder-0.5B-Instruct
 
-{default_part()}{amx_s33_part()}{amx_s34_part()}{amx_s35_part()}{amx_s36_part()}
+{default_part()}{amx_s33_part()}{amx_s34_part()}{amx_s35_part()}{amx_s36_part()}{amx_s37_part()}
 
 ## Skeleton-of-Thought on the default model (issue 19)
 
