@@ -633,6 +633,8 @@ def serve_main(args) -> int:
         preload_drafts(engine)      # loaded here, once, not on the first request's thread
         from .strategies.eagle import preload as preload_eagle
         preload_eagle(engine)
+        from .strategies.lexical_units_verified import preload as preload_lud
+        preload_lud(engine)         # lud-verified's pass costs (gated and shut)
     except ModelError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -430,6 +430,29 @@ def test_verified_lud_with_copied_drafts_is_ar_token_for_token(looping_with_pads
             eng.extras["pass_costs"] = saved
 
 
+def test_preload_measures_the_pass_costs_lookup_reads(looping_with_pads):
+    """The server measures lud-verified's pass costs at start (`preload`), so no request pays them; the adapter is
+    not left attached."""
+    from paradec import adapters
+    from paradec.strategies.lexical_units import auto_k
+    from paradec.strategies.lexical_units_verified import COST_WIDTHS, preload
+    eng = looping_with_pads
+    saved = eng.extras.pop("pass_costs", None)
+    try:
+        preload(eng)
+        ad = eng.extras["lud"]
+        key = f"lud-{id(ad)}"
+        for k in (f"{key}-shut", f"{key}-k{auto_k(eng, ad, 0)}"):      # the k a default request runs
+            assert sorted(eng.extras["pass_costs"][k]) == sorted(COST_WIDTHS)
+            assert all(v > 0 for v in eng.extras["pass_costs"][k].values())
+        assert id(eng.model) not in adapters._ON
+        preload(random_engine(1))                                  # no LUD parameters: nothing to measure
+    finally:
+        eng.extras.pop("pass_costs", None)
+        if saved is not None:
+            eng.extras["pass_costs"] = saved
+
+
 def test_copies_are_cut_where_a_row_stops_paying():
     """Copier.propose keeps the copy's prefix, with or without pad slots, that maximises expected tokens per second
     of the pass: all of it when rows are free, none when each row costs a whole pass, fewer as its acceptance rate

@@ -59,6 +59,7 @@ import torch
 from .. import passcost
 from ..sampling import next_tokens
 from .base import Param, Run, register
+from ..lud import AdapterError, LUDAdapter
 from .lexical_units import LexicalUnits, auto_k
 from .prompt_lookup import ContextIndex, CopyRate
 
@@ -150,6 +151,19 @@ class VerifiedLexicalUnits(LexicalUnits):
                 copier.settled(new, m - copied, copied, ngram, accepted, bool(groups))
                 copy, ngram, pads = copier.propose(nxt, confs, out.budget - len(out.ids))
                 drafts, copied = nxt + copy, len(copy)
+
+
+def preload(engine) -> None:
+    """Measure the pass costs `lookup` reads for the engine's default LUD parameters now (about 4 s for the default
+    model on a 2-core CPU), before any request thread: else the first request pays them."""
+    try:
+        ad = LUDAdapter.find(engine)
+    except AdapterError:
+        return
+    if ad is None:
+        return
+    with ad.attached(engine.model):
+        Copier(engine, ad, auto_k(engine, ad, 0), [], 1)
 
 
 class Copier:
