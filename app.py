@@ -126,6 +126,14 @@ def main(argv=None) -> int:
         except ModelError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+    if isinstance(engine, Engine):
+        from paradec.strategies import preload
+        print("paradec: loading drafts and timing passes (once)", file=sys.stderr, flush=True)
+        try:
+            preload(engine)
+        except ModelError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     store = Store(args.db)
     demo = build_app(engine, store)
     if args.host not in ("127.0.0.1", "localhost", "::1") and not auth:

@@ -628,13 +628,10 @@ def serve_main(args) -> int:
         else:
             engine = Engine.load(args.model, device=args.device, dtype=args.dtype,
                                  trust_remote_code=args.trust_remote_code)
-        from .strategies.speculative import configure_drafts, preload_drafts
+        from .strategies import preload
+        from .strategies.speculative import configure_drafts
         configure_drafts(engine, args.draft)
-        preload_drafts(engine)      # loaded here, once, not on the first request's thread
-        from .strategies.eagle import preload as preload_eagle
-        preload_eagle(engine)
-        from .strategies.lexical_units_verified import preload as preload_lud
-        preload_lud(engine)         # lud-verified's pass costs (gated and shut)
+        preload(engine)             # drafts loaded and pass costs timed here, once, not on a request's thread
     except ModelError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -26,3 +26,14 @@ def load_all() -> dict:
         REGISTRY.clear()
         REGISTRY.update(ordered)
     return REGISTRY
+
+
+def preload(engine) -> None:
+    """Load the engine's drafts and measure the pass costs `sps`, `eagle` and `lud-verified` read, now: before any
+    request thread (a cost timed while other lanes run reads them wrong, and the first request would wait for it)."""
+    from .eagle import preload as eagle_costs
+    from .lexical_units_verified import preload as lud_costs
+    from .speculative import preload_drafts
+    preload_drafts(engine)
+    eagle_costs(engine)
+    lud_costs(engine)
