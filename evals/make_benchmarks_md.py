@@ -942,7 +942,9 @@ before: copies are drafts verified on real rows. The default comes from held-out
 suites. The same samples as sessions 33-36, `ar`, `lud-verified` at its defaults and `pld` beside them, one `bench`
 run each, greedy, 64 new tokens. `lud` was not re-run (unchanged): its session-37 column is empty.
 """, (("lud-lookup-tune-amx.md", "Choosing the default on 27 held-out training prompts of every kind:"),
-      ("lud-lookup-tune-nl-amx.md", "On 16 held-out training prompts of the natural-language kinds:")))
+      ("lud-lookup-tune-nl-amx.md", "On 16 held-out training prompts of the natural-language kinds:"),
+      ("lud-lookup-k-amx.md", "Fewer pad slots with copies, on 27 other held-out training prompts (the default, 5, "
+                              "stays):")))
 
 
 def sps_hfa_zen1_line() -> str:
