@@ -488,8 +488,9 @@ class GatedAdapter(nn.Module):
         nothing and then costs what a pass without the adapter does), with every linear a LoRA pair in a sibling
         group the model stacks exactly so (or alone), no hooks on them but paradec adapters' and none global."""
         gate = self._gate
-        if not (_NATIVE and _FUSE and gate.tail is not None and gate.tail <= native.LORA_ROWS and x.dim() == 3 and x.shape[0] == 1
-                and x.dtype == torch.bfloat16 and x.device.type == "cpu" and not torch.is_grad_enabled()):
+        if not (_NATIVE and _FUSE and gate.tail is not None and gate.tail <= native.LORA_ROWS and x.dim() == 3
+                and x.shape[0] == 1 and x.dtype == torch.bfloat16 and x.device.type == "cpu"
+                and not torch.is_grad_enabled()):
             return None
         lib = native.library()
         if lib is None or nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:

@@ -34,21 +34,22 @@ LoRA kernel (paradec/native.py) the branch gives 2.01 tokens per pass to the cha
 decoding ran at 1.51x (branch, k=3) and 1.42x (branch, k=5) against the chain's 1.48x (k=5; one run,
 docs/bench/lud-s35-tune-amx.md). With session 36's (700 steps) and the deltas added by the lean pass: chain 1.62x,
 branch 1.60x (k=3) and 1.53x (k=5) (docs/bench/lud-s36-tune-amx.md). So the chain stays the default.
-`lookup` (chain only; the branch layout takes no copies): after the pad drafts the pass also carries tokens copied from the context - what `pld` would
-propose for the text the pad drafts lead to (the last 1-3 tokens of prompt + output + pad drafts matched at their most
-recent earlier occurrence, the tokens after it copied; `ContextIndex.match`) - and a pass may leave out its pad slots.
-`Copier` chooses both each step by expected tokens per second of the pass: the pass costs measured once per engine and
-adapter (`passcost`: gated on the pad slots, and with the gate shut), the copy's acceptance estimated from this run's
-own copies (`CopyRate`, per n-gram length), the pad drafts' from their confidences, and the pad slots credited with
-what their drafts have been worth to the following step in this run. Where a copy is long and likely, a pass without
-pad slots (pld's, at a plain pass's cost: the lean pass with the gate shut adds nothing) takes it. Copies are drafts
-like the pads': verified on real rows, so the output stays `ar`'s; after a refused draft the next pass has no pad
-drafts but may still carry a copy. Its default, 16, from held-out training prompts on an AMX Xeon in bfloat16 (never
-the suites): 27 prompts of every kind 1.56x `ar` without, 1.64x with (docs/bench/lud-lookup-tune-amx.md; `pld`
-1.34x); 16 of the kinds conversation, lists, summarize, translate 1.15x -> 1.20x at the same 1.41 tokens per pass
+`lookup` (chain only; the branch layout takes no copies): after the pad drafts the pass also carries tokens copied from
+the context - what `pld` would propose for the text the pad drafts lead to (the last 1-3 tokens of prompt + output + pad
+drafts matched at their most recent earlier occurrence, the tokens after it copied; `ContextIndex.match`) - and a pass
+may leave out its pad slots. `Copier` chooses both each step by expected tokens per second of the pass: the pass costs
+measured once per engine and adapter (`passcost`: gated on the pad slots, and with the gate shut), the copy's acceptance
+estimated from this run's own copies (`CopyRate`, per n-gram length), the pad drafts' from their confidences, and the
+pad slots credited with what their drafts have been worth to the following step in this run. Where a copy is long and
+likely, a pass without pad slots (pld's, at a plain pass's cost: the lean pass with the gate shut adds nothing) takes
+it. Copies are drafts like the pads': verified on real rows, so the output stays `ar`'s; after a refused draft the next
+pass has no pad drafts but may still carry a copy. Its default, 16, from held-out training prompts on an AMX Xeon in
+bfloat16 (never the suites): 27 prompts of every kind 1.56x `ar` without, 1.64x with (docs/bench/lud-lookup-tune-amx.md;
+`pld` 1.34x); 16 of the kinds conversation, lists, summarize, translate 1.15x -> 1.20x at the same 1.41 tokens per pass
 (the pad slots left out where they did not pay; 32 the same: docs/bench/lud-lookup-tune-nl-amx.md); 15 of code-edit,
-qa-context, summarize 1.40x -> 1.47-1.48x (`pld` 1.46x) with the first version of the rule, which always kept the
-pad slots (docs/bench/lud-lookup-tune-copy-amx.md).
+qa-context, summarize 1.40x -> 1.47-1.48x (`pld` 1.46x) with the first version of the rule, which always kept the pad
+slots (docs/bench/lud-lookup-tune-copy-amx.md). With copies, k 5 stays: 1.62x against 1.61x (k 4) and 1.58x (k 3) on 27
+other held-out prompts (docs/bench/lud-lookup-k-amx.md).
 Step figures: forward_passes 1, drafted = drafts verified this pass, accepted = those accepted; with `lookup`
 info["copied"] = how many of the drafts were copies (the last ones), info["pads"] = whether the pass had pad slots.
 """
@@ -79,10 +80,11 @@ class VerifiedLexicalUnits(LexicalUnits):
         "layout": Param("chain", str, choices=("chain", "branch"),
                         help="pad slots after the drafts only (chain) or after every prefix of them (branch: a refused "
                              "draft still leaves the next pass drafts, at (drafts + 1) x the pad rows)"),
-        "lookup": Param(16, int, 0, 32, "chain (the branch layout ignores it): after the pad drafts also draft up to this many tokens copied from "
-                                        "the context (what pld proposes for the text they lead to), as many as pay "
-                                        "by the measured pass costs, and leave out pad slots where they do not pay "
-                                        "(0 = off: pad drafts only, pad slots in every pass)"),
+        "lookup": Param(16, int, 0, 32, "chain (the branch layout ignores it): after the pad drafts also draft up "
+                                        "to this many tokens copied from the context (what pld proposes for the text "
+                                        "they lead to), as many as pay by the measured pass costs, and leave out pad "
+                                        "slots where they do not pay (0 = off: pad drafts only, pad slots in every "
+                                        "pass)"),
         "adapter": LexicalUnits.params["adapter"],
     }
 
