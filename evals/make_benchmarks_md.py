@@ -947,6 +947,22 @@ run each, greedy, 64 new tokens. `lud` was not re-run (unchanged): its session-3
                               "stays):")))
 
 
+def amx_s38_part() -> str:
+    """Issue 18 on the AMX Xeon (session 38): the LUD parameters continued on 2,600 training prompts' answers;
+    `ar`, `lud-verified`, `pld` on the same two samples beside session 37's runs (docs/bench/suites-amx-s38a.md,
+    -s38b.md against -s37a.md, -s37b.md) and the held-out decoding that chose to ship them (lud-s38-tune-amx.md)."""
+    return lud_part(38, 37, """
+## LUD's parameters on more training prompts (session 38, issue 18)
+
+One change, measured on the AMX Xeon in bf16: the LUD parameters continued for 400 steps (lr 2e-4) on the target's
+bf16 answers to 2,600 training prompts instead of 1,700 (the 900 new ones: translate, math, code-edit, summarize,
+code, explain, lists, qa-context; card: data/adapters/qwen2.5-coder-0.5b-instruct/lud/README.md). Shipped because
+decoding held-out training prompts went faster with them (below), not on the suites. The same samples as sessions
+33-37, `ar`, `lud-verified` at its defaults (k 5, threshold 0.3, chain, `lookup` 16) and `pld`, one `bench` run each,
+greedy, 64 new tokens. `lud` was not re-run here (its sweep with these parameters is in the LUD sweep section).
+""", (("lud-s38-tune-amx.md", "Both parameter sets decoding 43 held-out training prompts:"),))
+
+
 def sps_hfa_zen1_line() -> str:
     """A pointer to `sps` beside `hf-assisted` on a Zen 1 EPYC (docs/bench/sps-hf-assisted-zen1.md), with its
     verdict paragraph."""
@@ -1234,7 +1250,7 @@ def main() -> None:
 
 ## The default model: Qwen2.5-Coder-0.5B-Instruct
 
-{default_part()}{amx_s33_part()}{amx_s34_part()}{amx_s35_part()}{amx_s36_part()}{amx_s37_part()}
+{default_part()}{amx_s33_part()}{amx_s34_part()}{amx_s35_part()}{amx_s36_part()}{amx_s37_part()}{amx_s38_part()}
 
 ## Skeleton-of-Thought on the default model (issue 19)
 
