@@ -185,15 +185,19 @@ points of `ar`'s), the best configuration per suite (one that meets the bar if a
 |---|---|---|---|---|---|---|
 """ + "\n".join(verdicts) + """
 
-What limits it. The sweep above ran on the AMX Xeon (2026-12-07, session 36) with the parameters of the finished
-700-step schedule (alpha 0.5) and the gated deltas added by the lean pass. Where `lud` keeps `ar`'s text (ROUGE-L vs
-`ar` 1.000, perplexity unchanged: qa at 0.9-0.95, summarization at 0.95, translation at 0.9-0.95) it runs at
-0.84-1.36x `ar`: qa 1.36x at 0.9 (1.53 tokens/pass: the natural-language bar met on this sample of 4) and 1.32x at
-0.95; summarization and translation 0.84-1.02x (1.07-1.11 tokens/pass: the pads are rarely confident there). On code
-its accepted guesses change the answer even at 0.95 (code ROUGE-L 0.942 and perplexity +38%, code-edit 0.928 and
-+30%), and at 0.8 it reaches 1.62x / 1.78x with ROUGE-L 0.63 / 0.73. So lossy `lud` meets the bar on qa only; the
-lossless `lud-verified`, which checks the same guesses in the next pass at no extra pass, is where the parameters pay
-(next sections: 1.32x / 1.34x overall on the suites' two samples, code 1.46x / 1.54x). Session 35's sweep (480-step
+What limits it. The sweep above ran on the AMX Xeon (2026-12-07, session 38) with the parameters shipped in session
+38 (960 steps, alpha 0.5, continued 400 steps on 2,600 prompts' answers) and the gated deltas added by the lean pass.
+Where `lud` keeps `ar`'s text (ROUGE-L vs `ar` 1.000, perplexity unchanged: qa at 0.9-0.95, translation at
+0.8-0.95) it runs at 0.93-1.39x `ar`: qa 1.39x / 1.37x at 0.9 / 0.95 (1.52 tokens/pass: the natural-language bar met
+on this sample of 4), translation 1.23x at 0.8 (1.21 tokens/pass) and 0.93-0.94x at 0.9-0.95 (1.07-1.11: the pads are
+rarely confident there); summarization leaves `ar`'s text at every threshold here (ROUGE-L 0.84 at 0.95). On code its
+accepted guesses change the answer even at 0.95 (code ROUGE-L 0.969 and perplexity +35%, code-edit 0.880 and +31%),
+and at 0.8 it reaches 1.44x / 1.59x with ROUGE-L 0.68 / 0.80. So lossy `lud` meets the bar on qa only; the lossless
+`lud-verified`, which checks the same guesses in the next pass at no extra pass, is where the parameters pay (next
+sections: 1.68x / 1.90x overall on the suites' two samples with copies from the context, code 1.51x / 1.63x). Session
+36's sweep (700-step parameters, same code; git history of docs/bench/lud-default.md): qa 1.32-1.36x, summarization
+0.93x at 0.95 and translation 0.84-1.02x where `lud` kept the text, code at 0.95 ROUGE-L 0.942 with perplexity +38%.
+Session 35's sweep (480-step
 parameters, deltas through the hooks): qa 1.25-1.27x and summarization / translation 0.90-0.94x where `lud` kept the
 text, code at 0.95 ROUGE-L 0.982 with perplexity +16%. Earlier
 sweeps (git history of docs/bench/lud-default.md): the AMD EPYC with AVX512-BF16 2026-12-05 with the 260-step
