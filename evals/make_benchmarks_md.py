@@ -763,20 +763,19 @@ chain or a tree of its proposals gains 1.1×. On the held-out training prompts t
     return text
 
 
-def amx_s34_part() -> str:
-    """Issue 17 on the AMX Xeon (session 34): `sps`'s draft continued on 1,700 training prompts' answers, beside
-    the draft it continues on held-out training prompts (docs/bench/sps-draft-s34-heldout-amx.md), `sps` and
-    `hf-assisted` with it on the two samples of the suites session 33 ran with the earlier draft
-    (docs/bench/suites-amx-s34{a,b}.md against -s33{a,b}.md), and the same in float32 (docs/bench/sps-fp32-amx.md)."""
+def draft_part(new: int, old: int, drafts: tuple[str, str], intro: str, pages) -> str:
+    """A session's issue-17 section on the AMX Xeon for a continued draft: per sample (items 1-4, 5-8 of each suite)
+    `sps` and `hf-assisted` of docs/bench/suites-amx-s{new}{x}.md beside -s{old}{x}.md (`drafts`: the two drafts'
+    labels), `intro` (in which "{lines}" is that table and "{taus}" the two runs' `sps` τ), the `pages` ((name, lead)
+    of docs/bench), and the session's runs ("" without both runs of a sample)."""
     pairs = [(x, label) for x, label in (("a", "items 1-4 of each suite"), ("b", "items 5-8 of each suite"))
-             if (B / f"suites-amx-s34{x}.md").exists() and (B / f"suites-amx-s33{x}.md").exists()]
+             if (B / f"suites-amx-s{new}{x}.md").exists() and (B / f"suites-amx-s{old}{x}.md").exists()]
     if not pairs:
         return ""
     lines = ["| sample | draft (session) | sps overall (τ) | sps code (τ) | hf-assisted overall | sps ÷ hf-assisted "
              "| lossless mismatches |", "|---|---|---|---|---|---|---|"]
     for x, label in pairs:
-        for session, name in (("of 2026-12-05 (33)", f"suites-amx-s33{x}.md"),
-                              ("of 2026-12-07 (34)", f"suites-amx-s34{x}.md")):
+        for session, name in ((drafts[0], f"suites-amx-s{old}{x}.md"), (drafts[1], f"suites-amx-s{new}{x}.md")):
             allr, code = rows(name), rows(name, "code")
             ratio = relative(allr, "sps", "hf-assisted", "tokens/s")
             mism = sum(int(allr[s]["lossless mismatches"]) for s in ("sps", "hf-assisted") if s in allr)
@@ -784,9 +783,25 @@ def amx_s34_part() -> str:
             lines.append(f"| {label} | {session} | {allr['sps']['speed-up vs ar']} ({allr['sps']['tokens/pass']}) | "
                          f"{code['sps']['speed-up vs ar']} ({code['sps']['tokens/pass']}) | {hfa} | "
                          f"{'–' if ratio is None else f'{ratio:.2f}'} | {mism} |")
-    taus = " and ".join(f"{rows(f'suites-amx-s33{x}.md')['sps']['tokens/pass']} -> "
-                        f"{rows(f'suites-amx-s34{x}.md')['sps']['tokens/pass']}" for x, _l in pairs)
-    text = f"""
+    taus = " and ".join(f"{rows(f'suites-amx-s{old}{x}.md')['sps']['tokens/pass']} -> "
+                        f"{rows(f'suites-amx-s{new}{x}.md')['sps']['tokens/pass']}" for x, _l in pairs)
+    text = intro.replace("{taus}", taus).replace("{lines}", "\n".join(lines))
+    for name, lead in pages:
+        text += linked_page(name, lead)
+    for x, label in pairs:
+        text += f"""
+{label.capitalize()}, `sps` and `hf-assisted` with the session-{new} draft:
+
+{section(f"suites-amx-s{new}{x}.md")}"""
+    return text
+
+
+def amx_s34_part() -> str:
+    """Issue 17 on the AMX Xeon (session 34): `sps`'s draft continued on 1,700 training prompts' answers, beside
+    the draft it continues on held-out training prompts (docs/bench/sps-draft-s34-heldout-amx.md), `sps` and
+    `hf-assisted` with it on the two samples of the suites session 33 ran with the earlier draft
+    (docs/bench/suites-amx-s34{a,b}.md against -s33{a,b}.md), and the same in float32 (docs/bench/sps-fp32-amx.md)."""
+    return draft_part(34, 33, ("of 2026-12-05 (33)", "of 2026-12-07 (34)"), """
 ## `sps`'s draft continued on more answers (session 34, issue 17)
 
 The draft of 2026-12-05 (288 prompts' answers) continued on the target's bf16 answers to 1,700 training prompts
@@ -796,21 +811,12 @@ The draft of 2026-12-05 (288 prompts' answers) continued on the target's bf16 an
 ran with the earlier draft (those rows are the session-33 runs: other runs, the same CPU model, the same day), it
 is a wash: τ {taus}; `hf-assisted` speeds up with it too, and `sps` ÷ `hf-assisted` stays under 1.2:
 
-""" + "\n".join(lines) + "\n"
-    for name, lead in (("sps-draft-s34-heldout-amx.md", "Both drafts on held-out training prompts, one run:"),
-                       ("sps-tree-s34b-amx.md", "`sps tree=true` with this draft on items 5-8 (its own run; "
-                                                "session 33's tree with the earlier draft: 1.09x, τ 1.36, ÷ "
-                                                "`hf-assisted` 1.13):"),
-                       ("sps-fp32-amx.md", "The same draft with the target in float32 on this CPU (rows dear): "
-                                           "`sps` ÷ `hf-assisted` 1.22 (chain) and 1.26 (tree) there, but `sps` "
-                                           "itself only at 1.01-1.05x `ar`:")):
-        text += linked_page(name, lead)
-    for x, label in pairs:
-        text += f"""
-{label.capitalize()}, `sps` and `hf-assisted` with the session-34 draft:
-
-{section(f"suites-amx-s34{x}.md")}"""
-    return text
+{lines}
+""", (("sps-draft-s34-heldout-amx.md", "Both drafts on held-out training prompts, one run:"),
+      ("sps-tree-s34b-amx.md", "`sps tree=true` with this draft on items 5-8 (its own run; session 33's tree with "
+                               "the earlier draft: 1.09x, τ 1.36, ÷ `hf-assisted` 1.13):"),
+      ("sps-fp32-amx.md", "The same draft with the target in float32 on this CPU (rows dear): `sps` ÷ `hf-assisted` "
+                          "1.22 (chain) and 1.26 (tree) there, but `sps` itself only at 1.01-1.05x `ar`:")))
 
 
 def lud_table(new_run: str, old_run: str, new: str, old: str) -> tuple[str, dict]:
