@@ -763,19 +763,19 @@ chain or a tree of its proposals gains 1.1×. On the held-out training prompts t
     return text
 
 
-def draft_part(new: int, old: int, drafts: tuple[str, str], intro: str, pages) -> str:
+def draft_part(new: int, old: int, drafts: tuple[str, str], intro: str, pages, tag: str = "") -> str:
     """A session's issue-17 section on the AMX Xeon for a continued draft: per sample (items 1-4, 5-8 of each suite)
-    `sps` and `hf-assisted` of docs/bench/suites-amx-s{new}{x}.md beside -s{old}{x}.md (`drafts`: the two drafts'
-    labels), `intro` (in which "{lines}" is that table and "{taus}" the two runs' `sps` τ), the `pages` ((name, lead)
-    of docs/bench), and the session's runs ("" without both runs of a sample)."""
+    `sps` and `hf-assisted` of docs/bench/suites-amx-s{new}{x}{tag}.md beside -s{old}{x}.md (`drafts`: the two
+    drafts' labels), `intro` (in which "{lines}" is that table and "{taus}" the two runs' `sps` τ), the `pages`
+    ((name, lead) of docs/bench), and the session's runs ("" without both runs of a sample)."""
     pairs = [(x, label) for x, label in (("a", "items 1-4 of each suite"), ("b", "items 5-8 of each suite"))
-             if (B / f"suites-amx-s{new}{x}.md").exists() and (B / f"suites-amx-s{old}{x}.md").exists()]
+             if (B / f"suites-amx-s{new}{x}{tag}.md").exists() and (B / f"suites-amx-s{old}{x}.md").exists()]
     if not pairs:
         return ""
     lines = ["| sample | draft (session) | sps overall (τ) | sps code (τ) | hf-assisted overall | sps ÷ hf-assisted "
              "| lossless mismatches |", "|---|---|---|---|---|---|---|"]
     for x, label in pairs:
-        for session, name in ((drafts[0], f"suites-amx-s{old}{x}.md"), (drafts[1], f"suites-amx-s{new}{x}.md")):
+        for session, name in ((drafts[0], f"suites-amx-s{old}{x}.md"), (drafts[1], f"suites-amx-s{new}{x}{tag}.md")):
             allr, code = rows(name), rows(name, "code")
             ratio = relative(allr, "sps", "hf-assisted", "tokens/s")
             mism = sum(int(allr[s]["lossless mismatches"]) for s in ("sps", "hf-assisted") if s in allr)
@@ -784,7 +784,7 @@ def draft_part(new: int, old: int, drafts: tuple[str, str], intro: str, pages) -
                          f"{code['sps']['speed-up vs ar']} ({code['sps']['tokens/pass']}) | {hfa} | "
                          f"{'–' if ratio is None else f'{ratio:.2f}'} | {mism} |")
     taus = " and ".join(f"{rows(f'suites-amx-s{old}{x}.md')['sps']['tokens/pass']} -> "
-                        f"{rows(f'suites-amx-s{new}{x}.md')['sps']['tokens/pass']}" for x, _l in pairs)
+                        f"{rows(f'suites-amx-s{new}{x}{tag}.md')['sps']['tokens/pass']}" for x, _l in pairs)
     text = intro.replace("{taus}", taus).replace("{lines}", "\n".join(lines))
     for name, lead in pages:
         text += linked_page(name, lead)
@@ -792,7 +792,7 @@ def draft_part(new: int, old: int, drafts: tuple[str, str], intro: str, pages) -
         text += f"""
 {label.capitalize()}, `sps` and `hf-assisted` with the session-{new} draft:
 
-{section(f"suites-amx-s{new}{x}.md")}"""
+{section(f"suites-amx-s{new}{x}{tag}.md")}"""
     return text
 
 
