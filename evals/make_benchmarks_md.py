@@ -973,6 +973,31 @@ greedy, 64 new tokens. `lud` was not re-run here (its sweep with these parameter
 """, (("lud-s38-tune-amx.md", "Both parameter sets decoding 43 held-out training prompts:"),))
 
 
+def amx_s38_sps_part() -> str:
+    """Issue 17 on the AMX Xeon (session 38): `sps`'s draft continued on 2,600 training prompts' answers, beside
+    the draft it continues on held-out training prompts (docs/bench/sps-draft-s38-heldout-amx.md) and `sps` and
+    `hf-assisted` with it on the suites' two samples (docs/bench/suites-amx-s38{a,b}-sps.md against session 34's
+    runs with the earlier draft, -s34{a,b}.md)."""
+    return draft_part(38, 34, ("of sessions 34-37 (34)", "of session 38 (38)"), """
+## `sps`'s draft continued on 2,600 prompts' answers (session 38, issue 17)
+
+The draft shipped in session 34 continued for 1,400 steps (lr 2e-4, 34.6 min on this Xeon; card:
+data/drafts/qwen2.5-coder-0.5b-instruct/README.md) on the target's bf16 answers to 2,600 training prompts instead of
+1,700 (the 900 new ones answered in session 37: translate, summarize, math, code-edit and the other kinds): held-out
+greedy acceptance 0.595 -> 0.606 (qa-context 0.421 -> 0.491, translate 0.182 -> 0.196, summarize unchanged at 0.329).
+Chosen on held-out training prompts, where `sps` went 1.57x -> 1.65x `ar` (below). On the suites, the same two samples
+session 34 ran with the earlier draft (those rows are session 34's runs: the same CPU model, another hour of the
+day), `ar`, `sps` and `hf-assisted` in one `bench` run each, greedy, 64 new tokens: τ {taus}, again close to a wash,
+and `sps` ÷ `hf-assisted` stays under 1.2:
+
+{lines}
+
+`sps` is near 1 token per target pass on qa, rag and translation (τ 0.96-1.04 in both samples): answers that copy from
+or translate the prompt's context, which a two-layer draft does not predict; there it falls back to plain steps
+(its cost rule) and runs at `ar`'s speed less the drafting it tried, `hf-assisted` below it.
+""", (("sps-draft-s38-heldout-amx.md", "Both drafts on held-out training prompts, one run:"),), tag="-sps")
+
+
 def sps_hfa_zen1_line() -> str:
     """A pointer to `sps` beside `hf-assisted` on a Zen 1 EPYC (docs/bench/sps-hf-assisted-zen1.md), with its
     verdict paragraph."""
@@ -1260,7 +1285,7 @@ def main() -> None:
 
 ## The default model: Qwen2.5-Coder-0.5B-Instruct
 
-{default_part()}{amx_s33_part()}{amx_s34_part()}{amx_s35_part()}{amx_s36_part()}{amx_s37_part()}{amx_s38_part()}
+{default_part()}{amx_s33_part()}{amx_s34_part()}{amx_s35_part()}{amx_s36_part()}{amx_s37_part()}{amx_s38_part()}{amx_s38_sps_part()}
 
 ## Skeleton-of-Thought on the default model (issue 19)
 
