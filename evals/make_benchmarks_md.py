@@ -960,7 +960,8 @@ run each, greedy, 64 new tokens. `lud` was not re-run (unchanged): its session-3
 def amx_s38_part() -> str:
     """Issue 18 on the AMX Xeon (session 38): the LUD parameters continued on 2,600 training prompts' answers;
     `ar`, `lud-verified`, `pld` on the same two samples beside session 37's runs (docs/bench/suites-amx-s38a.md,
-    -s38b.md against -s37a.md, -s37b.md) and the held-out decoding that chose to ship them (lud-s38-tune-amx.md)."""
+    -s38b.md against -s37a.md, -s37b.md), the held-out replay (lud-s38-heldout-amx.md) and the held-out decoding that
+    chose to ship them (lud-s38-tune-amx.md)."""
     return lud_part(38, 37, """
 ## LUD's parameters on more training prompts (session 38, issue 18)
 
@@ -970,7 +971,8 @@ code, explain, lists, qa-context; card: data/adapters/qwen2.5-coder-0.5b-instruc
 decoding held-out training prompts went faster with them (below), not on the suites. The same samples as sessions
 33-37, `ar`, `lud-verified` at its defaults (k 5, threshold 0.3, chain, `lookup` 16) and `pld`, one `bench` run each,
 greedy, 64 new tokens. `lud` was not re-run here (its sweep with these parameters is in the LUD sweep section).
-""", (("lud-s38-tune-amx.md", "Both parameter sets decoding 43 held-out training prompts:"),))
+""", (("lud-s38-heldout-amx.md", "Both parameter sets replayed on held-out training answers (one script):"),
+      ("lud-s38-tune-amx.md", "Both parameter sets decoding 43 held-out training prompts:")))
 
 
 def amx_s38_sps_part() -> str:
