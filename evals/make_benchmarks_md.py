@@ -972,7 +972,9 @@ decoding held-out training prompts went faster with them (below), not on the sui
 33-37, `ar`, `lud-verified` at its defaults (k 5, threshold 0.3, chain, `lookup` 16) and `pld`, one `bench` run each,
 greedy, 64 new tokens. `lud` was not re-run here (its sweep with these parameters is in the LUD sweep section).
 """, (("lud-s38-heldout-amx.md", "Both parameter sets replayed on held-out training answers (one script):"),
-      ("lud-s38-tune-amx.md", "Both parameter sets decoding 43 held-out training prompts:")))
+      ("lud-s38-tune-amx.md", "Both parameter sets decoding 43 held-out training prompts:"),
+      ("lud-threshold-lookup-amx.md", "The pad drafts' threshold with copies, on 27 other held-out training prompts "
+                                      "(the default, 0.3, stays):")))
 
 
 def amx_s38_sps_part() -> str:
