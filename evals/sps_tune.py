@@ -110,8 +110,9 @@ def main(argv=None) -> int:
     lines = [f"# sps k rules on this machine ({cpu_name()}, {e.device}, {e.dtype}, {torch.get_num_threads()} "
              f"threads, {datetime.date.today()})", "",
              f"`python evals/sps_tune.py {shlex.join(argv if argv is not None else sys.argv[1:])}`: {len(reqs)} "
-             f"held-out training prompts{' of kinds ' + ', '.join(kinds) if args.kinds else ''} (not the benchmark suites), greedy, {args.max_new_tokens} new tokens, "
-             f"batch 1, draft: {draft}{'; eagle: ' + args.eagle if args.eagle else ''}. ar: {ar_speed:.2f} tokens/s in the same run.", "",
+             f"held-out training prompts{' of kinds ' + ', '.join(kinds) if args.kinds else ''} (not the benchmark "
+             f"suites), greedy, {args.max_new_tokens} new tokens, batch 1, draft: {draft}"
+             f"{'; eagle: ' + args.eagle if args.eagle else ''}. ar: {ar_speed:.2f} tokens/s in the same run.", "",
              "| sps parameters (or strategy and its parameters) | tokens/pass | draft passes/token | drafting's share "
              "of the time | tokens/s | speed-up vs ar | mismatches vs ar |",
              "|---|---|---|---|---|---|---|"]

@@ -333,7 +333,7 @@ class Eagle(Strategy):
         costs = passcost.pass_costs(engine, TREE_WIDTHS)
         draft_cost = step_cost(engine, fd, rows=p["width"])
         rule = TreeRule(passcost.cost_at(costs, 1)) if p["adaptive"] else None
-        index, rates = (ContextIndex(LOOKUP_NGRAM), CopyRate(DECAY)) if p["lookup"] else (None, None)
+        index, rates = (ContextIndex(LOOKUP_NGRAM), CopyRate()) if p["lookup"] else (None, None)
         if index is not None:
             index.extend(seq)
         prefill = True
