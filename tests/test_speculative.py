@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 
-from paradec import verification
+from paradec import passcost, verification
 from paradec.engine import ModelError
 from paradec.sampling import SamplingParams, UStream, process
 from paradec.strategies import Request, RequestError, get
@@ -256,7 +256,7 @@ def test_greedy_equals_ar(target, other_draft, name):
     elif name == "sps-self":
         with_draft(target, target)
     # a draft as dear as its target: the cost rule would keep k at 1, transformers' rule lets it grow
-    params = {"rule": "transformers"} if name == "sps-self" else {}
+    params = {"rule": "transformers", "lookup": 0} if name == "sps-self" else {}    # self: the draft's own figures
     totals = {"passes": 0, "tokens": 0, "accepted": 0, "drafted": 0}
     for i, prompt in enumerate(PROMPTS):
         ref, _ = run(target, "ar", prompt, ignore_eos=bool(i % 2))
@@ -307,14 +307,14 @@ def test_sps_tree_greedy_equals_ar(target, other_draft, which):
 
 def test_sps_counts_draft_passes_and_adapts_k(target, other_draft):
     with_draft(target, other_draft)
-    hf_rule = {"rule": "transformers"}
+    hf_rule = {"rule": "transformers", "lookup": 0}
     _, steps = run(target, "sps", PROMPTS[1], params=hf_rule)
     assert [s.info["k"] for s in steps[:3]] == [4, 3, 2]          # rejected: k shrinks by one
     assert all(s.draft_passes == s.drafted == s.info["k"] for s in steps)
     with_draft(target, target)
     _, steps = run(target, "sps", PROMPTS[1], max_new_tokens=60, params=hf_rule)
     assert [s.info["k"] for s in steps[:3]] == [4, 6, 8]          # all accepted: k grows by two
-    _, steps = run(target, "sps", PROMPTS[1], params={"k": 3, "adaptive": False})
+    _, steps = run(target, "sps", PROMPTS[1], params={"k": 3, "adaptive": False, "lookup": 0})
     assert {s.info["k"] for s in steps[:-3]} == {3} and sum(map(len, (s.token_ids for s in steps))) == 40
 
 
@@ -339,20 +339,21 @@ def test_sps_cost_rule_follows_acceptance(target, other_draft):
     for e in (target, other_draft):
         e.extras.pop("pass_costs", None)
     with_draft(target, other_draft)
-    got, _ = run(target, "sps", PROMPTS[1], max_new_tokens=20)
+    alone = {"lookup": 0}                            # the draft's k alone (copies take steps of their own)
+    got, _ = run(target, "sps", PROMPTS[1], max_new_tokens=20, params=alone)
     assert got == ref[:20]
     assert set(speculative.COST_WIDTHS) <= set(target.extras["pass_costs"]["plain"])
     assert 1 in other_draft.extras["pass_costs"]["plain"]
 
     target.extras["pass_costs"] = {"plain": {w: 1.0 for w in speculative.COST_WIDTHS}}
     other_draft.extras["pass_costs"] = {"plain": {1: 0.05}}
-    got, steps = run(target, "sps", PROMPTS[1], max_new_tokens=60)
+    got, steps = run(target, "sps", PROMPTS[1], max_new_tokens=60, params=alone)
     assert got == ref
     low = [s.info["k"] for s in steps[1:-1]]             # a random draft: now and then one proposal is right
     self_draft = copy.copy(target)                   # the target's own weights, priced as a cheap draft
     self_draft.extras = {"pass_costs": {"plain": {1: 0.05}}}
     with_draft(target, self_draft)
-    got, steps = run(target, "sps", PROMPTS[1], max_new_tokens=60)
+    got, steps = run(target, "sps", PROMPTS[1], max_new_tokens=60, params=alone)
     assert got == ref
     high = [s.info["k"] for s in steps[1:-1]]
     assert max(low) <= 2 and sum(low) / len(low) < 1.5 and min(high) >= 4 and max(high) >= 12
@@ -383,12 +384,69 @@ def test_sps_plain_steps_keep_the_output(target, other_draft):
     ref, _ = run(target, "ar", PROMPTS[3], max_new_tokens=40)
     target.extras["pass_costs"] = {"plain": {w: 1e-9 for w in speculative.COST_WIDTHS}}
     with_draft(target, other_draft)
-    got, steps = run(target, "sps", PROMPTS[3], max_new_tokens=40)
+    got, steps = run(target, "sps", PROMPTS[3], max_new_tokens=40, params={"lookup": 0})
     assert got == ref
     ks = [s.info["k"] for s in steps[1:]]
     assert ks.count(0) >= 25 and 1 <= ks.count(1) <= 5
     assert all(s.drafted == 0 and s.draft_passes == 0 and len(s.token_ids) == 1 for s in steps[1:] if not s.info["k"])
     target.extras.pop("pass_costs")
+
+
+def test_sps_lookup_adds_copies_and_keeps_ar(looping, other_draft):
+    """`lookup`: on text that repeats itself copies from the context are verified after the draft's proposals, or
+    alone with no draft pass; a draft that rarely agrees then still gets well over one token a pass (the draft alone
+    does not), and the output is ar's token for token, at every budget."""
+    with_draft(looping, other_draft)
+    prompt = "a b c a b c a b c a b c"
+    ref, _ = run(looping, "ar", prompt, max_new_tokens=60)
+    alone, plain = run(looping, "sps", prompt, max_new_tokens=60, params={"lookup": 0})
+    got, steps = run(looping, "sps", prompt, max_new_tokens=60, params={"lookup": 16})
+    assert alone == ref and got == ref
+    assert all("copied" not in s.info for s in plain)
+    copied = [s for s in steps if s.info["copied"]]
+    assert copied and all(s.drafted == s.info["k"] + s.info["copied"] and s.draft_passes == s.info["k"]
+                          for s in steps)
+    assert all(0 <= s.accepted <= s.drafted and len(s.token_ids) <= s.accepted + 1 for s in steps)
+    assert len(got) / len(steps) > 2 > len(alone) / len(plain)
+    assert any(s.info["k"] == 0 for s in copied)            # a copy alone: no draft pass that step
+    for n in range(1, 7):
+        ref_n, _ = run(looping, "ar", prompt, max_new_tokens=n)
+        got_n, steps_n = run(looping, "sps", prompt, max_new_tokens=n, params={"lookup": 16})
+        assert got_n == ref_n and steps_n[-1].finish_reason == "length"
+        assert all(s.drafted <= n for s in steps_n)
+    for i, text in enumerate(PROMPTS):                       # text with few repeats: ar's output still
+        with_draft(looping, other_draft)
+        ref, _ = run(looping, "ar", text, ignore_eos=bool(i % 2))
+        assert run(looping, "sps", text, ignore_eos=bool(i % 2), params={"lookup": 16})[0] == ref, text
+
+
+def test_copies_priced_by_their_acceptance():
+    """`Copies` keeps copied tokens while their expected acceptance pays for the wider pass, and takes a copy alone
+    over drafting when it is worth more; a copy that keeps being refused is soon left out."""
+    costs = {1: 1.0, 2: 1.05, 4: 1.15, 8: 1.5, 16: 2.5}    # a row costs a little, wide passes more
+    tc = lambda w: passcost.cost_at(costs, w)                                   # noqa: E731
+    ids = [5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7]              # the context's tail 5 6 7 was seen: copy 8 9 10 ...
+    c = speculative.Copies(ids, 16, tc)
+    copy, ngram = c.after([], 20, 0.5, 0.1)
+    assert ngram == 3 and copy == [8, 9, 10]                 # at the prior rate 0.5: what a 4-wide pass holds
+    assert c.alone(4, 20, 0.99, 0.0) == ([], 0)              # a free, certain draft is worth more
+    alone, n = c.alone(4, 20, 0.3, 0.1)                      # a weak draft at 0.1 a pass: the copy instead
+    assert n == 3 and alone == [8, 9, 10]
+    after, _ = c.after([8, 9], 18, 0.5, 0.1)                 # after drafts that follow the copy: its continuation
+    assert after[:1] == [10]
+    for _ in range(10):                                      # copies after a 3-gram keep being accepted
+        c.rates.record(3, 8, 8)
+    long, _ = c.after([], 20, 0.5, 0.1)
+    assert len(long) == 16 and long[:8] == [8, 9, 10, 11, 12, 5, 6, 7]
+    for _ in range(30):
+        c.rates.record(3, 1, 0)
+    assert c.after([], 20, 0.5, 0.1) == ([], 0)              # refused copies: none verified
+    # settled: a copy is tried only when every drafted proposal before it held
+    c = speculative.Copies(ids, 16, tc)
+    c.settled([8], drafted=2, copied=3, ngram=3, accepted=1)
+    assert c.rates.tries == {} and c.index.seq[-1] == 8
+    c.settled([9, 10, 11], drafted=1, copied=3, ngram=3, accepted=2)
+    assert c.rates.hits[3] == 0.8 * 1.0 + 1 and c.rates.tries[3] == 0.8 * 2.0 + 2
 
 
 def test_repetitive_output_is_accelerated(looping):
@@ -456,7 +514,8 @@ def test_sps_rejection_sampling_is_lossless_in_distribution(target):
     counts1, counts2 = torch.zeros(target.vocab_size), {}
     accepted = drafted = 0
     for seed in range(n):
-        toks, steps = run(target, "sps", prompt, max_new_tokens=3, temperature=1.0, top_k=5, seed=seed)
+        toks, steps = run(target, "sps", prompt, max_new_tokens=3, temperature=1.0, top_k=5, seed=seed,
+                          params={"lookup": 0})
         counts1[toks[0]] += 1
         counts2[tuple(toks[:2])] = counts2.get(tuple(toks[:2]), 0) + 1
         accepted += sum(s.accepted for s in steps)
@@ -484,6 +543,36 @@ def test_sps_rejection_sampling_is_lossless_in_distribution(target):
     assert chi2 < 18.47, (chi2, counts1[support], expected)
     a = run(target, "sps", PROMPTS[1], temperature=0.8, seed=5, params=tree)[0]
     assert a == run(target, "sps", PROMPTS[1], temperature=0.8, seed=5, params=tree)[0]     # same seed, same text
+
+
+def test_sps_sampled_copies_keep_the_target_distribution(looping, other_draft):
+    """Copied proposals (one-hot q) under rejection sampling: over 300 seeds the first token, proposed as a copy in
+    the first step, follows the target's exact distribution (T 1.0, top-k 5); copies are both accepted and refused.
+    Accepting a copy outright, or resampling from p instead of p without the refused token, fails the bound."""
+    with_draft(looping, other_draft)
+    sp = SamplingParams(1.0, top_k=5)
+    start, _ = run(looping, "ar", "a", chat=False, max_new_tokens=8)
+    prompt = "a" + looping.decode(start)          # the model's own loop: the copy is a token it may sample
+    ids = looping.encode(Request(prompt=prompt, chat=False))
+    p1 = process(looping.forward(ids)[0, -1], sp)
+    support = p1.nonzero().flatten().tolist()
+    index = ContextIndex(3)
+    index.extend(ids)
+    assert 0.1 < float(p1[index.propose(1)[0]]) < 0.9       # so the copy is sometimes accepted, sometimes refused
+    n = 300
+    counts = torch.zeros(looping.vocab_size)
+    first_copied = copy_hits = 0
+    for seed in range(n):
+        toks, steps = run(looping, "sps", prompt, chat=False, max_new_tokens=4, temperature=1.0, top_k=5, seed=seed,
+                          params={"lookup": 16})
+        counts[toks[0]] += 1
+        first_copied += steps[0].info["copied"] > 0 and steps[0].info["k"] == 0
+        copy_hits += steps[0].accepted > 0
+    assert first_copied == n and 0 < copy_hits < n         # every first step verified a copy alone; mixed verdicts
+    assert set(counts.nonzero().flatten().tolist()) <= set(support)
+    expected = p1[support] * n
+    chi2 = float(((counts[support] - expected) ** 2 / expected).sum())
+    assert chi2 < 18.47, (chi2, counts[support], expected)          # chi-square df 4, p = 0.001
 
 
 # ---------------------------------------------------------------- stopping, params, draft loading

@@ -13,6 +13,15 @@ target pass and wide target passes can cost more than narrow ones, which transfo
 not see: +2 after a step where every proposal was accepted, -1 otherwise (within 1..16). The cost rule's k may
 be 0 (a plain decoding step, with a one-token probe now and then) where drafting does not pay (`CostRule`).
 
+`lookup` (chain): the pass may also carry tokens copied from the context - what `pld` would propose (the last 1-3
+tokens matched at their most recent earlier occurrence, the tokens after it copied; `ContextIndex.match`) for the
+text the drafts lead to - after the draft's proposals, and where a copy of the settled context is likelier to pay
+than drafting, the step verifies that copy alone with no draft pass. `Copies` chooses by expected tokens per second
+of the step: the draft's acceptance rate from the cost rule's counts, each copied token's from this run's own copies
+(`CopyRate`, per n-gram length), the step's seconds from the measured pass costs. Copies are proposals like the
+draft's, with q one-hot on the copied token (a fixed proposal): greedy output stays `ar`'s and sampled output is
+distributed as the target's. The `lookup=0` lane is the draft alone (what `hf-assisted` does with the same draft).
+
 Invariant between steps: `seq` is prompt + output; each cache holds a prefix of `seq` and the rest of `seq`
 (at least its last token) is fed on the next pass.
 """
@@ -27,12 +36,14 @@ import torch
 from .. import verification
 from ..engine import Engine, ModelError
 from .base import Param, Request, RequestError, Run, Strategy, register
+from .prompt_lookup import ContextIndex, CopyRate
 
 K_MIN, K_MAX = 1, 16
 DECAY = 0.8               # "cost" rule: weight of the acceptance counts one step older
 PRIOR = (1.0, 1.0)        # "cost" rule: (accepted, rejected) counts before the first step
-COST_WIDTHS = (1, 2, 3, 4, 5, 6, 8, 10, 13, 17)    # target pass widths measured (the rest interpolated)
+COST_WIDTHS = (1, 2, 3, 4, 5, 6, 8, 10, 13, 17, 24, 33)   # target pass widths measured (the rest interpolated)
 PROBE_EVERY = 8           # "cost" rule: after this many steps without drafts, one step drafts a token
+LOOKUP_NGRAM = 3          # `lookup`: longest suffix n-gram matched (pld's default)
 TRAIN_DRAFT = "train it: python -m paradec train draft --model MODEL"
 
 
@@ -216,12 +227,76 @@ class CostRule:
         return k
 
 
-def draft_step(out, v, drafted: int, prefill: bool, draft_s: float = 0.0):
-    """The Step of one draft-and-verify step: one target pass, `drafted` draft passes and proposals, the verdict's
-    tokens (cut by the output's stopping rules) and how many proposals were kept; info["draft_s"]: the seconds
-    spent drafting (the draft's share of the step time, for `evals/sps_tune.py`)."""
-    step = out.step(v.tokens, forward_passes=1, draft_passes=drafted, drafted=drafted, prefill=prefill,
-                    info={"k": drafted, "draft_s": draft_s})
+class Copies:
+    """`lookup` for the chain: tokens copied from the context as proposals (the module's docstring). A step's value is
+    its expected tokens per modelled second: k drafted tokens accepted in turn at the draft's running rate `a`
+    (1 + a + .. + a^k expected), a copy after them reached with probability a^k and its j-th token held with the
+    probability `CopyRate` gives it, over the target pass's measured cost at its width plus k draft passes."""
+
+    def __init__(self, ids, most: int, target_cost):
+        self.most, self.target_cost = most, target_cost
+        self.index = ContextIndex(LOOKUP_NGRAM)
+        self.index.extend(ids)
+        self.rates = CopyRate()
+
+    def _best(self, k: int, rate: float, probs: list[float], draft_cost: float) -> tuple[float, int]:
+        """(value, j): the most expected tokens per second of a step with k drafted tokens and the first j copied."""
+        expected = sum(rate ** i for i in range(k + 1))
+        reach, spent = rate ** k, k * draft_cost
+        best, j, held = (expected / (self.target_cost(k + 1) + spent), 0), 0, 0.0
+        for j, q in enumerate(probs, 1):
+            held += q
+            value = (expected + reach * held) / (self.target_cost(k + 1 + j) + spent)
+            if value > best[0]:
+                best = (value, j)
+        return best
+
+    def alone(self, k: int, left: int, rate: float, draft_cost: float) -> tuple[list[int], int]:
+        """Before drafting k tokens: the copy of the settled context to verify instead, with no draft pass, when it
+        is worth more than the k drafts (else ([], 0)), and the n-gram length it was copied after."""
+        copy, ngram = self.index.match(min(self.most, left)) if k and left > 0 else ([], 0)
+        if not copy:
+            return [], 0
+        value, j = self._best(0, rate, self.rates.probs(ngram, len(copy)), draft_cost)
+        if j and value >= self._best(k, rate, [], draft_cost)[0]:
+            return copy[:j], ngram
+        return [], 0
+
+    def after(self, proposals: list[int], left: int, rate: float, draft_cost: float) -> tuple[list[int], int]:
+        """The copied tokens to verify after the drafted `proposals` (as many as pay; `left`: budget tokens the
+        proposals leave) and the n-gram length they were copied after."""
+        room = min(self.most, left)
+        copy, ngram = self.index.match(room, tail=proposals) if room > 0 else ([], 0)
+        if not copy:
+            return [], 0
+        _value, j = self._best(len(proposals), rate, self.rates.probs(ngram, len(copy)), draft_cost)
+        return copy[:j], (ngram if j else 0)
+
+    def settled(self, tokens: list[int], drafted: int, copied: int, ngram: int, accepted: int) -> None:
+        """After a step whose `drafted` drafted then `copied` copied proposals had `accepted` accepted: `tokens`
+        joined the context; a copied token counts as tried when every proposal before it held."""
+        self.index.extend(tokens)
+        if copied and accepted >= drafted:
+            self.rates.record(ngram, min(copied, accepted - drafted + 1), accepted - drafted)
+
+
+def one_hot(tokens: list[int], width: int, like: torch.Tensor) -> list[torch.Tensor]:
+    """The proposal distributions q of fixed (copied) tokens: one-hot rows of `width` (rejection sampling accepts
+    such a token with probability p(token) and otherwise draws from p with the token removed: exact)."""
+    rows = torch.zeros(len(tokens), width, dtype=torch.float32, device=like.device)
+    if tokens:
+        rows[torch.arange(len(tokens)), torch.tensor(tokens)] = 1.0
+    return list(rows)
+
+
+def draft_step(out, v, drafted: int, prefill: bool, draft_s: float = 0.0, copied: int | None = None):
+    """The Step of one draft-and-verify step: one target pass, `drafted` draft passes and proposals (then `copied`
+    copied ones, with `lookup`), the verdict's tokens (cut by the output's stopping rules) and how many proposals
+    were kept; info["draft_s"]: the seconds spent drafting (the draft's share of the step time, for
+    `evals/sps_tune.py`)."""
+    info = {"k": drafted, "draft_s": draft_s} | ({"copied": copied} if copied is not None else {})
+    step = out.step(v.tokens, forward_passes=1, draft_passes=drafted, drafted=drafted + (copied or 0),
+                    prefill=prefill, info=info)
     step.accepted = min(v.accepted, len(step.token_ids))
     return step
 
@@ -253,6 +328,10 @@ class SpeculativeSampling(Strategy):
         "draft": Param("", str, help="draft model with the same tokenizer: on a server, the name of one its operator "
                                      "configured (serve --draft); in process, a model folder (default: the model "
                                      "profile's draft)"),
+        "lookup": Param(16, int, 0, 32, help="chain: also verify up to this many tokens copied from the context "
+                                             "(what pld proposes for the text the drafts lead to), as many as pay "
+                                             "by the measured pass costs, or a copy alone with no draft pass where "
+                                             "it pays more; 0 = the draft alone"),
         "tree": Param(False, bool, help="draft a tree of the draft's likeliest tokens and verify its likeliest "
                                         "nodes in one tree-masked pass (speculative_tree.py; adaptive: draft only "
                                         "while it pays) instead of a chain of k"),
@@ -291,8 +370,15 @@ class SpeculativeSampling(Strategy):
         dcache = draft.new_cache()
         k, prefill = p["k"], True
         rule = CostRule(engine, draft) if p["adaptive"] and p["rule"] == "cost" else None
+        # `lookup`: the draft's running acceptance rate and pass costs (the cost rule's, kept even where k is not
+        # chosen by it) price the copies
+        counts = rule or (CostRule(engine, draft) if p["lookup"] else None)
+        copies = Copies(seq, p["lookup"], counts.target_cost) if p["lookup"] else None
         while True:
-            kk = max(0, min(k, out.budget - len(out.ids) - 1))   # the last budget token comes free
+            left = out.budget - len(out.ids) - 1           # the last budget token comes free
+            kk = max(0, min(k, left))
+            copy, ngram = copies.alone(kk, left, counts.rate, counts.draft_cost) if copies else ([], 0)
+            kk = 0 if copy else kk
             proposals, qs = [], []
             feed = seq[draft.cache_len(dcache):]
             caught_up, t0 = len(feed) <= 2, time.perf_counter()    # one or two tokens: an ordinary step
@@ -303,18 +389,26 @@ class SpeculativeSampling(Strategy):
                 feed = [x]
             spent = time.perf_counter() - t0
             draft_seconds = spent if caught_up else None
+            if copies is not None and not copy:
+                copy, ngram = copies.after(proposals, left - kk, counts.rate, counts.draft_cost)
             base = len(seq)
-            logits = engine.forward(seq[engine.cache_len(tcache):] + proposals, tcache, logits_to_keep=kk + 1,
-                                    upcast=False)[0]
-            v = verification.draft_verdict(proposals, qs, logits, sp, rng)
+            logits = engine.forward(seq[engine.cache_len(tcache):] + proposals + copy, tcache,
+                                    logits_to_keep=kk + len(copy) + 1, upcast=False)[0]
+            if copy and not sp.greedy:
+                qs += one_hot(copy, logits.shape[-1], logits)
+            v = verification.draft_verdict(proposals + copy, qs, logits, sp, rng)
             engine.crop(tcache, base + v.accepted)
             draft.crop(dcache, base + v.accepted)      # a no-op when it holds less
             seq += v.tokens
-            yield draft_step(out, v, kk, prefill, spent)
+            if copies is not None:
+                copies.settled(v.tokens, kk, len(copy), ngram, v.accepted)
+            yield draft_step(out, v, kk, prefill, spent, len(copy) if copies is not None else None)
             if out.done:
                 return
             prefill = False
-            if rule is not None:
-                k = rule.next_k(kk, v.accepted, draft_seconds)
-            elif p["adaptive"] and kk:
-                k = min(K_MAX, k + 2) if v.accepted == kk else max(K_MIN, k - 1)
+            held = min(v.accepted, kk)                     # the drafted proposals accepted (copies after them)
+            if counts is not None:
+                nk = counts.next_k(kk, held, draft_seconds)
+                k = nk if rule is not None else k
+            if rule is None and p["adaptive"] and kk:
+                k = min(K_MAX, k + 2) if held == kk else max(K_MIN, k - 1)
