@@ -283,7 +283,7 @@ def test_sps_tree_greedy_equals_ar(target, other_draft, which):
     mostly its first level); the sharpened draft's trees get paths accepted below their first level."""
     draft = {"other": other_draft, "sharpened": _sharpened(target, 3.0), "self": target}[which]
     with_draft(target, draft)
-    params = {"tree": True, "adaptive": False, "nodes": 10, "depth": 4}
+    params = {"tree": True, "adaptive": False, "nodes": 10, "depth": 4, "lookup": 0}     # the draft's tree alone
     accepted = deep = drafted = 0
     for i, prompt in enumerate(PROMPTS):
         ref, _ = run(target, "ar", prompt, ignore_eos=bool(i % 2))
@@ -303,6 +303,24 @@ def test_sps_tree_greedy_equals_ar(target, other_draft, which):
             ref, _ = run(target, "ar", PROMPTS[3], max_new_tokens=n)
             got, steps = run(target, "sps", PROMPTS[3], max_new_tokens=n, params=params)
             assert got == ref and len(got) == n and steps[-1].finish_reason == "length"
+
+
+def test_sps_tree_lookup_grafts_copies_and_keeps_ar(looping, other_draft):
+    """`sps` tree=true with `lookup`: on text that repeats itself the copy grafted into the tree is verified (after
+    the tree's own nodes, beyond `nodes`) and accepted, still ar's output; at every budget too."""
+    with_draft(looping, other_draft)
+    prompt = "a b c a b c a b c a b c"
+    ref, _ = run(looping, "ar", prompt, max_new_tokens=60)
+    params = {"tree": True, "adaptive": False, "nodes": 4, "lookup": 16}
+    got, steps = run(looping, "sps", prompt, max_new_tokens=60, params=params)
+    alone, plain = run(looping, "sps", prompt, max_new_tokens=60, params={**params, "lookup": 0})
+    assert got == ref and alone == ref
+    assert sum(s.info["copied"] for s in steps) > 0 and all(s.info["copied"] == 0 for s in plain)
+    assert any(s.drafted > 4 for s in steps) and all(s.drafted <= 4 for s in plain)
+    assert len(got) / len(steps) > 1.5 * len(alone) / len(plain)
+    for n in range(1, 7):
+        ref_n, _ = run(looping, "ar", prompt, max_new_tokens=n)
+        assert run(looping, "sps", prompt, max_new_tokens=n, params=params)[0] == ref_n
 
 
 def test_sps_counts_draft_passes_and_adapts_k(target, other_draft):

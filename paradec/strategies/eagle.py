@@ -49,7 +49,7 @@ from .. import passcost, verification
 from ..engine import Engine, ModelError
 from ..sampling import argmax
 from .base import Param, Run, Strategy, register
-from .prompt_lookup import ContextIndex, CopyRate
+from .prompt_lookup import LOOKUP_NGRAM, ContextIndex, CopyRate
 from .speculative import DECAY, K_MAX, PROBE_EVERY, CostRule, draft_step, tree_params
 from .speculative_tree import grow_tree, verify
 
@@ -116,7 +116,6 @@ def step_cost(engine, fd: FD.FeatureDraft, repeats: int = 5, rows: int = 1) -> f
 
 
 TREE_WIDTHS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)     # target pass widths timed for the tree's size
-LOOKUP_NGRAM = 3                                        # `lookup`: longest suffix n-gram matched (pld's default)
 
 
 @dataclass
@@ -207,6 +206,28 @@ def copy_record(rates: CopyRate, n: int, tree: Tree, path: list[int]) -> None:
     on = set(path)
     tries = [i for i, o in enumerate(tree.origin) if o != "d" and (tree.parents[i] < 0 or tree.parents[i] in on)]
     rates.record(n, len(tries), sum(i in on for i in tries))
+
+
+class TreeCopies:
+    """`lookup` on a drafted tree (`eagle` and `sps` with tree=true): each step the copy `pld` would propose for the
+    context (`ContextIndex`, at most `most` tokens) is grafted in (`graft`) with the probabilities this run's copies
+    earned (`CopyRate`, per n-gram length); after the step the settled tokens join the index and the tried copied
+    nodes are credited (`copy_record`)."""
+
+    def __init__(self, ids, most: int):
+        self.most, self.ngram = most, 0
+        self.index = ContextIndex(LOOKUP_NGRAM)
+        self.index.extend(ids)
+        self.rates = CopyRate()
+
+    def graft(self, tree: Tree, room: int) -> tuple[Tree, int]:
+        """(`tree` with this step's copy grafted in, how many tokens were copied)."""
+        copy, self.ngram = self.index.match(min(self.most, room)) if room > 0 else ([], 0)
+        return (graft(tree, copy, self.rates.probs(self.ngram, len(copy))), len(copy)) if copy else (tree, 0)
+
+    def settled(self, tokens: list[int], tree: Tree, path: list[int]) -> None:
+        self.index.extend(tokens)
+        copy_record(self.rates, self.ngram, tree, path)
 
 
 class TreeRule:
@@ -333,9 +354,7 @@ class Eagle(Strategy):
         costs = passcost.pass_costs(engine, TREE_WIDTHS)
         draft_cost = step_cost(engine, fd, rows=p["width"])
         rule = TreeRule(passcost.cost_at(costs, 1)) if p["adaptive"] else None
-        index, rates = (ContextIndex(LOOKUP_NGRAM), CopyRate()) if p["lookup"] else (None, None)
-        if index is not None:
-            index.extend(seq)
+        copies = TreeCopies(seq, p["lookup"]) if p["lookup"] else None
         prefill = True
         while True:
             room = out.budget - len(out.ids) - 1
@@ -349,14 +368,12 @@ class Eagle(Strategy):
                     dlen, feats = len(seq) - 1, feats[:, :0]
                     grown = grow(fd, engine, h, dcache, dlen, min(p["depth"], room), p["branch"], p["width"],
                                  p["stop"])
-            copy, ngram = (index.match(min(p["lookup"], room)) if index is not None and feats is not None
-                           else ([], 0))
-            if copy:
-                grown = graft(grown, copy, rates.probs(ngram, len(copy)))
+            copied = 0
+            if copies is not None and feats is not None:
+                grown, copied = copies.graft(grown, room)
             if grown.tokens:
                 spent = grown.passes * draft_cost
-                tree = choose(grown, base - fed, lambda w: spent + passcost.cost_at(costs, w),
-                              p["nodes"] + len(copy))
+                tree = choose(grown, base - fed, lambda w: spent + passcost.cost_at(costs, w), p["nodes"] + copied)
             drafting = time.perf_counter() - t0
             P, n = base - fed, len(tree.tokens)
             with FD.capture(engine, fd.aux) as got:
@@ -366,10 +383,8 @@ class Eagle(Strategy):
             new = torch.cat([g[:P], g[P + torch.tensor(path, dtype=torch.long, device=g.device)]])[None]
             feats = new if feats is None else torch.cat([feats[:, :fed - dlen], new], 1)
             seq += v.tokens
-            if index is not None:
-                index.extend(v.tokens)
-                if copy:
-                    copy_record(rates, ngram, tree, path)
+            if copies is not None:
+                copies.settled(v.tokens, tree, path)
             if rule is not None and drafts:         # credited with the drafted tokens it accepted, not the copied
                 drafted = sum(1 for i in path if not tree.origin or tree.origin[i] != "c")
                 rule.update(drafted, tree.passes * draft_cost + passcost.cost_at(costs, P + n))

@@ -62,9 +62,8 @@ from ..sampling import next_tokens
 from .base import Param, Run, register
 from ..lud import AdapterError, LUDAdapter
 from .lexical_units import LexicalUnits, auto_k
-from .prompt_lookup import ContextIndex, CopyRate
+from .prompt_lookup import LOOKUP_NGRAM, ContextIndex, CopyRate
 
-LOOKUP_NGRAM = 3                        # `lookup`: longest suffix n-gram matched (pld's default)
 COST_WIDTHS = (1, 2, 4, 8, 12, 16, 24, 32)     # pass widths timed once per engine for the `lookup` cut
 
 

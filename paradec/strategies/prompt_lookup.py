@@ -14,6 +14,8 @@ from __future__ import annotations
 from .. import verification
 from .base import Param, Run, Strategy, register
 
+LOOKUP_NGRAM = 3      # the longest suffix n-gram the strategies that add copies to their drafts match (pld's default)
+
 
 def _copy(seq: list[int], src: int, num_pred: int) -> list[int]:
     """num_pred tokens copied from seq[src:], continuing into the copy itself when it reaches the end."""
@@ -105,7 +107,7 @@ class PromptLookup(Strategy):
     title = "Prompt lookup"
     lossless = True
     params = {
-        "max_ngram": Param(3, int, 1, 8, help="longest suffix n-gram looked up (then shorter ones)"),
+        "max_ngram": Param(LOOKUP_NGRAM, int, 1, 8, help="longest suffix n-gram looked up (then shorter ones)"),
         "num_pred": Param(10, int, 1, 64, help="tokens proposed after a match"),
     }
 

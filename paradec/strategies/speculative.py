@@ -13,14 +13,15 @@ target pass and wide target passes can cost more than narrow ones, which transfo
 not see: +2 after a step where every proposal was accepted, -1 otherwise (within 1..16). The cost rule's k may
 be 0 (a plain decoding step, with a one-token probe now and then) where drafting does not pay (`CostRule`).
 
-`lookup` (chain): the pass may also carry tokens copied from the context - what `pld` would propose (the last 1-3
+`lookup`: the pass may also carry tokens copied from the context - what `pld` would propose (the last 1-3
 tokens matched at their most recent earlier occurrence, the tokens after it copied; `ContextIndex.match`) for the
 text the drafts lead to - after the draft's proposals, and where a copy of the settled context is likelier to pay
 than drafting, the step verifies that copy alone with no draft pass. `Copies` chooses by expected tokens per second
 of the step: the draft's acceptance rate from the cost rule's counts, each copied token's from this run's own copies
 (`CopyRate`, per n-gram length), the step's seconds from the measured pass costs. Copies are proposals like the
 draft's, with q one-hot on the copied token (a fixed proposal): greedy output stays `ar`'s and sampled output is
-distributed as the target's. The `lookup=0` lane is the draft alone (what `hf-assisted` does with the same draft).
+distributed as the target's. With `tree` the copy is grafted into the drafted tree as `eagle` does it
+(speculative_tree.py). `lookup=0` is the draft alone (what `hf-assisted` does with the same draft).
 
 Invariant between steps: `seq` is prompt + output; each cache holds a prefix of `seq` and the rest of `seq`
 (at least its last token) is fed on the next pass.
@@ -36,14 +37,13 @@ import torch
 from .. import verification
 from ..engine import Engine, ModelError
 from .base import Param, Request, RequestError, Run, Strategy, register
-from .prompt_lookup import ContextIndex, CopyRate
+from .prompt_lookup import LOOKUP_NGRAM, ContextIndex, CopyRate
 
 K_MIN, K_MAX = 1, 16
 DECAY = 0.8               # "cost" rule: weight of the acceptance counts one step older
 PRIOR = (1.0, 1.0)        # "cost" rule: (accepted, rejected) counts before the first step
 COST_WIDTHS = (1, 2, 3, 4, 5, 6, 8, 10, 13, 17, 24, 33)   # target pass widths measured (the rest interpolated)
 PROBE_EVERY = 8           # "cost" rule: after this many steps without drafts, one step drafts a token
-LOOKUP_NGRAM = 3          # `lookup`: longest suffix n-gram matched (pld's default)
 TRAIN_DRAFT = "train it: python -m paradec train draft --model MODEL"
 
 
@@ -328,10 +328,10 @@ class SpeculativeSampling(Strategy):
         "draft": Param("", str, help="draft model with the same tokenizer: on a server, the name of one its operator "
                                      "configured (serve --draft); in process, a model folder (default: the model "
                                      "profile's draft)"),
-        "lookup": Param(16, int, 0, 32, help="chain: also verify up to this many tokens copied from the context "
-                                             "(what pld proposes for the text the drafts lead to), as many as pay "
-                                             "by the measured pass costs, or a copy alone with no draft pass where "
-                                             "it pays more; 0 = the draft alone"),
+        "lookup": Param(16, int, 0, 32, help="also verify up to this many tokens copied from the context (what pld "
+                                             "proposes; chain: for the text the drafts lead to, or a copy alone "
+                                             "with no draft pass where it pays more; tree: grafted in, as eagle's), "
+                                             "as many as pay by the measured pass costs; 0 = the draft alone"),
         "tree": Param(False, bool, help="draft a tree of the draft's likeliest tokens and verify its likeliest "
                                         "nodes in one tree-masked pass (speculative_tree.py; adaptive: draft only "
                                         "while it pays) instead of a chain of k"),

@@ -13,7 +13,8 @@ target accepts - greedy: the child equal to the target's argmax; sampled: each c
 p(child) / (mass left), its mass removed when refused, which leaves the output distributed as the target's - and
 the target's cache keeps that path (`Engine.keep`). The draft's cache drops the tree; the next step feeds it the
 accepted tokens. With `adaptive`, a step drafts only while drafting steps make more tokens per modelled second
-than plain ones (`eagle.TreeRule`).
+than plain ones (`eagle.TreeRule`). With `lookup` the copy `pld` would propose is grafted into the tree, priced by
+this run's copies, as `eagle` does it (`eagle.TreeCopies`); a step the rule pauses may still verify the copy alone.
 
 A chain drafts k tokens in k draft passes and loses the rest of the step at the first refusal; a tree offers the
 target the draft's second and third choices too, at the cost of rows in one target pass: worth it where a pass over
@@ -125,7 +126,7 @@ def verify(engine: Engine, tcache, seq: list[int], fed: int, tokens: list[int], 
 
 def tree_steps(run: Run, draft: Engine):
     """`sps`'s steps with a drafted tree (the module's docstring); same Step figures as `eagle`'s tree."""
-    from .eagle import TREE_WIDTHS, TreeRule, choose
+    from .eagle import TREE_WIDTHS, Tree, TreeCopies, TreeRule, choose
     engine, request, p, out, tcache = run.engine, run.request, run.params, run.out, run.cache
     sp = request.sampling
     rng = verification.Rng(request.seed)
@@ -134,12 +135,14 @@ def tree_steps(run: Run, draft: Engine):
     costs = passcost.pass_costs(engine, TREE_WIDTHS)
     dcosts = passcost.pass_costs(draft, [1, p["width"]])
     rule = TreeRule(passcost.cost_at(costs, 1)) if p["adaptive"] else None
+    copies = TreeCopies(seq, p["lookup"]) if p["lookup"] else None      # `lookup`: a copy grafted in, as eagle's
     prefill = True
     while True:
         room = out.budget - len(out.ids) - 1
         base, fed = len(seq), engine.cache_len(tcache)
         t0 = time.perf_counter()
-        tree = grown = None
+        tree = grown = Tree([], [], [], [], 0)
+        spent, copied = 0.0, 0
         drafts = not prefill and room > 0 and (rule is None or rule.draft_now())
         if drafts:
             with torch.inference_mode():
@@ -148,19 +151,24 @@ def tree_steps(run: Run, draft: Engine):
                 grown = grow(draft, engine.vocab_size, log_probs(lg, engine.vocab_size), dcache, dlen,
                              min(p["depth"], room), p["branch"], p["width"], p["stop"])
             spent = dcosts[1] + (grown.passes - 1) * dcosts[p["width"]]
-            tree = choose(grown, base - fed, lambda w: spent + passcost.cost_at(costs, w), p["nodes"])
             Engine.crop(dcache, dlen)
+        if copies is not None and not prefill:
+            grown, copied = copies.graft(grown, room)
+        if grown.tokens:
+            tree = choose(grown, base - fed, lambda w: spent + passcost.cost_at(costs, w), p["nodes"] + copied)
         drafting = time.perf_counter() - t0
-        tokens, parents, depths = (tree.tokens, tree.parents, tree.depths) if tree is not None else ([], [], [])
+        tokens, parents, depths = tree.tokens, tree.parents, tree.depths
         n = len(tokens)
         v, path = verify(engine, tcache, seq, fed, tokens, parents, depths, sp, rng)
         seq += v.tokens
-        if rule is not None and drafts:
-            rule.update(len(path), spent + passcost.cost_at(costs, base - fed + n))
-        step = out.step(v.tokens, forward_passes=1, draft_passes=grown.passes if grown is not None else 0,
-                        drafted=n, prefill=prefill,
+        if copies is not None:
+            copies.settled(v.tokens, tree, path)
+        if rule is not None and drafts:         # credited with the drafted tokens it accepted, not the copied
+            drafted = sum(1 for i in path if not tree.origin or tree.origin[i] != "c")
+            rule.update(drafted, spent + passcost.cost_at(costs, base - fed + n))
+        step = out.step(v.tokens, forward_passes=1, draft_passes=tree.passes, drafted=n, prefill=prefill,
                         info={"nodes": n, "depth": max(depths, default=0),
-                              "draft_s": drafting})
+                              "copied": sum(o != "d" for o in tree.origin), "draft_s": drafting})
         step.accepted = min(v.accepted, len(step.token_ids))
         yield step
         if out.done:
