@@ -1067,6 +1067,9 @@ this CPU (0.84-0.85x), which is what keeps the same-draft ratio near 1.2 with a 
 """
     for name, lead in (("sps-lookup-tune-epyc.md", "Held-out training prompts (27, every kind), the draft alone "
                                                    "against the draft with copies, and `pld`, one run:"),
+                       ("sps-lookup-copy-epyc.md", "The copies' cap on 15 held-out training prompts of the kinds "
+                                                   "that copy most (code-edit, qa-context, summarize), one run: 16 "
+                                                   "(default) and 32 the same, `pld` below `ar` there:"),
                        ("sps-tree-epyc.md", "The chain against the tree on this float32 CPU (held-out training "
                                             "prompts, one run):")):
         text += linked_page(name, lead)
